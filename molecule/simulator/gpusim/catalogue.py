@@ -1,0 +1,209 @@
+"""GPU models the simulator can put on the PCI bus.
+
+Contract (DESIGN.md): MODELS[key] has at least name, memory_total_mib, pci_device_id (int, e.g. 0x2BB5),
+pci_subsystem_id (int, 0xSSSS of subsystem vendor 10de), architecture, compute_capability ("12.0"),
+power_limit_w, needs_open_modules, min_branch. The other keys are what the renderers need.
+
+Sources (checked while writing; all public):
+- names, memory, power limits as nvidia-smi prints them: corpus nvidia_smi/ 001, 018 (H100 80GB HBM3,
+  81559 MiB, 700 W, 0x233010DE / 0x16C110DE in 003), 010 (H200, 143771 MiB), 051 (L4, 23034 MiB, 72 W),
+  039 (A100-SXM4-80GB, 81920 MiB, 0x20B210DE / 0x147F10DE, 400 W), 043 (RTX PRO 6000 Blackwell v13 XML,
+  97887 MiB; that one is the Max-Q Workstation 2BB4/204C, Blackwell, product_brand "NVIDIA RTX").
+- RTX PRO 6000 Blackwell Server Edition: "NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887 MiB,
+  compute_cap 12.0 (many public nvidia-smi captures); PCI 2BB5 with subsystem 10DE 204E (NVIDIA driver
+  README, "Appendix A. Supported NVIDIA GPU Products"); 600 W; open kernel modules required
+  ("NVRM: The NVIDIA GPU 0000:05:00.0 (PCI ID: 10de:2bb5) installed in this system requires use of the
+  NVIDIA open kernel modules."); first supported in the 570 branch.
+- pci.ids device names: "GB202GL [RTX PRO 6000 Blackwell Server Edition]" (lspci -nn captures
+  `3D controller [0302]: NVIDIA Corporation GB202GL [RTX PRO 6000 Blackwell Server Edition] [10de:2bb5] (rev a1)`),
+  "GH100 [H100 SXM5 80GB]" (2330), "GH100 [H200 SXM 141GB]" (2335), "AD104GL [L4]" (27b8),
+  "GA100 [A100 SXM4 80GB]" (20b2).
+- H200 subsystem 0x18BE10DE (H200 SXM), L4 subsystem 0x16CA10DE (public -q -x / -q captures).
+"""
+
+MODELS = {
+    "rtx-pro-6000-bse": {
+        "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "brand": "NVIDIA RTX",
+        "architecture": "Blackwell",
+        "compute_capability": "12.0",
+        "memory_total_mib": 97887,
+        "memory_reserved_mib": 637,        # 043 (same GB202 board family)
+        "bar1_total_mib": 131072,
+        "pci_device_id": 0x2BB5,
+        "pci_subsystem_id": 0x204E,
+        "pci_name": "GB202GL [RTX PRO 6000 Blackwell Server Edition]",
+        "pci_class": "0302",               # 3D controller (a headless server board)
+        "pci_rev": "a1",
+        "power_limit_w": 600.0,
+        "power_min_w": 400.0,
+        "power_max_w": 600.0,
+        "power_idle_w": 30.0,
+        "needs_open_modules": True,
+        "min_branch": 570,
+        "mig_capable": True,
+        "ecc_default": True,
+        "vbios": "98.02.8D.00.01",
+        "board_part_number": "900-2G153-0000-000",
+        "gpu_part_number": "2BB5-885-A1",
+        "pcie_gen_max": 5,
+        "clocks_idle": (180, 180, 405, 600),       # graphics, sm, memory, video (MHz), 043
+        "clocks_max": (3090, 3090, 14001, 3090),   # 043
+        "temp_tlimit_c": 68,
+        "fan": False,
+    },
+    "h100": {
+        "name": "NVIDIA H100 80GB HBM3",
+        "brand": "NVIDIA",
+        "architecture": "Hopper",
+        "compute_capability": "9.0",
+        "memory_total_mib": 81559,
+        "memory_reserved_mib": 479,        # 003
+        "bar1_total_mib": 131072,
+        "pci_device_id": 0x2330,
+        "pci_subsystem_id": 0x16C1,
+        "pci_name": "GH100 [H100 SXM5 80GB]",
+        "pci_class": "0302",
+        "pci_rev": "a1",
+        "power_limit_w": 700.0,
+        "power_min_w": 200.0,
+        "power_max_w": 700.0,
+        "power_idle_w": 69.0,              # 018
+        "needs_open_modules": False,
+        "min_branch": 525,
+        "mig_capable": True,
+        "ecc_default": True,
+        "vbios": "96.00.A5.00.01",
+        "board_part_number": "692-2G520-0200-000",
+        "gpu_part_number": "2330-885-A1",
+        "pcie_gen_max": 5,
+        "clocks_idle": (345, 345, 2619, 765),
+        "clocks_max": (1980, 1980, 2619, 1545),    # 003
+        "temp_tlimit_c": 44,
+        "fan": False,
+    },
+    "h200": {
+        "name": "NVIDIA H200",
+        "brand": "NVIDIA",
+        "architecture": "Hopper",
+        "compute_capability": "9.0",
+        "memory_total_mib": 143771,
+        "memory_reserved_mib": 551,
+        "bar1_total_mib": 262144,
+        "pci_device_id": 0x2335,
+        "pci_subsystem_id": 0x18BE,
+        "pci_name": "GH100 [H200 SXM 141GB]",
+        "pci_class": "0302",
+        "pci_rev": "a1",
+        "power_limit_w": 700.0,
+        "power_min_w": 200.0,
+        "power_max_w": 700.0,
+        "power_idle_w": 76.0,
+        "needs_open_modules": False,
+        "min_branch": 550,
+        "mig_capable": True,
+        "ecc_default": True,
+        "vbios": "96.00.AF.00.01",
+        "board_part_number": "692-2G520-0280-000",
+        "gpu_part_number": "2335-885-A1",
+        "pcie_gen_max": 5,
+        "clocks_idle": (345, 345, 3201, 765),
+        "clocks_max": (1980, 1980, 3201, 1545),
+        "temp_tlimit_c": 48,
+        "fan": False,
+    },
+    "l4": {
+        "name": "NVIDIA L4",
+        "brand": "NVIDIA",
+        "architecture": "Ada Lovelace",
+        "compute_capability": "8.9",
+        "memory_total_mib": 23034,
+        "memory_reserved_mib": 434,
+        "bar1_total_mib": 32768,
+        "pci_device_id": 0x27B8,
+        "pci_subsystem_id": 0x16CA,
+        "pci_name": "AD104GL [L4]",
+        "pci_class": "0302",
+        "pci_rev": "a1",
+        "power_limit_w": 72.0,
+        "power_min_w": 40.0,
+        "power_max_w": 72.0,
+        "power_idle_w": 16.0,
+        "needs_open_modules": False,
+        "min_branch": 525,
+        "mig_capable": False,
+        "ecc_default": True,
+        "vbios": "95.04.29.00.06",
+        "board_part_number": "900-2G193-0000-001",
+        "gpu_part_number": "27B8-895-A1",
+        "pcie_gen_max": 4,
+        "clocks_idle": (210, 210, 405, 765),
+        "clocks_max": (2040, 2040, 6251, 1770),
+        "temp_tlimit_c": 51,
+        "fan": False,
+    },
+    "a100-80gb": {
+        "name": "NVIDIA A100-SXM4-80GB",
+        "brand": "NVIDIA",
+        "architecture": "Ampere",
+        "compute_capability": "8.0",
+        "memory_total_mib": 81920,
+        "memory_reserved_mib": 569,
+        "bar1_total_mib": 131072,
+        "pci_device_id": 0x20B2,
+        "pci_subsystem_id": 0x147F,
+        "pci_name": "GA100 [A100 SXM4 80GB]",
+        "pci_class": "0302",
+        "pci_rev": "a1",
+        "power_limit_w": 400.0,
+        "power_min_w": 100.0,
+        "power_max_w": 400.0,
+        "power_idle_w": 60.0,
+        "needs_open_modules": False,
+        "min_branch": 450,
+        "mig_capable": True,
+        "ecc_default": True,
+        "vbios": "92.00.36.00.02",
+        "board_part_number": "692-2G506-0210-002",
+        "gpu_part_number": "20B2-895-A1",
+        "pcie_gen_max": 4,
+        "clocks_idle": (210, 210, 1593, 795),
+        "clocks_max": (1410, 1410, 1593, 1290),
+        "temp_tlimit_c": 50,
+        "fan": False,
+    },
+}
+
+# Short names accepted by `gpusim init --gpus`.
+ALIASES = {
+    "rtx-pro-6000": "rtx-pro-6000-bse",
+    "rtxpro6000": "rtx-pro-6000-bse",
+    "h100-80gb": "h100",
+    "h100-sxm": "h100",
+    "h200-sxm": "h200",
+    "a100": "a100-80gb",
+}
+
+# CUDA version the driver branch reports (nvidia-smi "CUDA Version"); corpus 001 (570 -> 12.8),
+# 018 (590 -> 13.1), 035 (550 -> 12.4), 580.x -> 13.0 (public 580.95.05 captures).
+CUDA_BY_BRANCH = {
+    "535": "12.2", "550": "12.4", "560": "12.6", "565": "12.7", "570": "12.8", "575": "12.9",
+    "580": "13.0", "590": "13.1", "595": "13.2",
+}
+
+
+def resolve(key):
+    key = key.strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in MODELS:
+        raise KeyError("unknown GPU model %r (known: %s)" % (key, ", ".join(sorted(MODELS))))
+    return key
+
+
+def get(key):
+    return MODELS[resolve(key)]
+
+
+def cuda_version(driver_version):
+    branch = str(driver_version).split(".")[0]
+    return CUDA_BY_BRANCH.get(branch, "13.0")
