@@ -1,0 +1,58 @@
+# gpuhost — the two commands a new user types: `make demo` and `make test`.
+# Both do their own set-up: venv, system packages (as root), the private dockerd, the base images.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV := .venv
+PYTHON ?= python3
+export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/bin:$(PATH)
+# Every docker command of the harness talks to its own daemon, never the machine's.
+export DOCKER_HOST := unix:///run/gpuhost-harness/docker.sock
+export ANSIBLE_FORCE_COLOR := 0
+export PY_COLORS := 0
+
+# Scenarios `make test` runs, in order (SCENARIOS=... to pick).
+SCENARIOS ?= default
+
+.PHONY: help venv sysdeps harness images lint unit molecule test demo bench clean
+help:
+	@echo "make demo   provision a simulated GPU host with site.yml and print its layer report"
+	@echo "make test   everything CI runs: lint, unit tests, molecule scenarios ($(SCENARIOS))"
+	@echo "make unit | lint | molecule SCENARIOS=... | bench | clean"
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+sysdeps:
+	@tests/harness/sysdeps.sh
+
+harness: sysdeps venv
+	@tests/harness/dockerd.sh start
+	@tests/harness/images.sh
+
+lint: venv
+	$(VENV)/bin/python -m pytest -q tests/lint
+
+unit: venv
+	$(VENV)/bin/python -m pytest -q tests/unit
+
+molecule: harness
+	GPUHOST_SCENARIOS="$(SCENARIOS)" $(VENV)/bin/python -m pytest -v tests/molecule
+
+# One pytest run, so the output ends with one summary line that counts everything.
+test: harness
+	GPUHOST_SCENARIOS="$(SCENARIOS)" $(VENV)/bin/python -m pytest -v -p no:cacheprovider \
+	  tests/unit tests/lint tests/molecule
+
+demo: harness
+	@tests/harness/demo.sh
+
+bench: venv
+	@for b in bench/bench_*.py; do echo "== $$b"; $(VENV)/bin/python $$b || true; done
+
+clean:
+	-@tests/harness/cleanup.sh
+	-@tests/harness/dockerd.sh stop
