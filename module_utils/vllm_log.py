@@ -1,0 +1,563 @@
+"""vLLM startup-log report: how far did the start get, with which numbers, and why did it stop?
+
+Pure functions, stdlib only, Python >= 3.9 (shipped to hosts as module_utils).
+
+Stages, in vLLM's order (docs/domain.md §5):
+    engine_start        'Initializing a V1 LLM engine (vX)' / 'Initializing an LLM engine'
+    weights_loaded      'Model loading took X GiB' / 'Loading model weights took X GB'
+    memory_profiled     'Memory profiling ...' / 'Available KV cache memory: X GiB'
+    kv_cache_allocated  'GPU KV cache size: N tokens' / '# GPU blocks: N'
+    graphs_captured     'Graph capturing finished in N secs' (absent with enforce_eager)
+    api_server_started  'Starting vLLM API server on' / '... API server 0 on' (0.10+) /
+                        'Starting vLLM server on' (0.19+); V0 servers that print none of
+                        these count 'Uvicorn running on' / 'Application startup complete.'
+                        but only after the KV cache is sized - other servers in the same
+                        job log (a RAG server, corpus 019) print those lines too.
+A later stage implies the earlier ones (0.5.x logs no profiling line), except that
+graph capture is optional.  A KV-sizing failure means the pool was not allocated
+even when its size line was printed (vLLM prints the size, then raises).
+
+Rules chosen for several ranks/engines in one run:
+    kv_cache_tokens, max_concurrency, kv_cache_gib: the minimum over the lines - the
+        engine unifies the per-worker KV configs to the smallest.
+    weights_gib: the maximum over the ranks (the fullest GPU); graph_capture_s: the
+        maximum (the start waits for the slowest rank).
+A file holding several starts (docker logs of a restarting container) is reported
+on its last start; `runs` says how many there were.
+
+Message texts, as in vLLM's source (confirmed against vllm-project/vllm):
+  vllm/worker/worker.py raise_if_cache_size_invalid (V0):
+      "No available memory for the cache blocks. Try increasing `gpu_memory_utilization`
+       when initializing the engine."
+      "The model's max seq len ({max_model_len}) is larger than the maximum number of
+       tokens that can be stored in KV cache ({max_seq_len}). ..."
+  vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory (V1):
+      "No available memory for the cache blocks. ..." (available memory <= 0) and
+      "To serve at least one request with the models's max seq len ({n}), ({x} GiB KV
+       cache is needed, which is larger than the available KV cache memory ({y} GiB).
+       Based on the available memory, the estimated maximum model length is {m}. ..."
+      (newer releases spell it "model's"); _report_kv_cache_config logs
+      "GPU KV cache size: %s tokens" and "Maximum concurrency for %s tokens per request: %.2fx".
+  vllm/v1/worker/gpu_worker.py init_device:
+      "Free memory on device ({free}/{total} GiB) on startup is less than desired GPU
+       memory utilization ({util}, {requested} GiB). Decrease GPU memory utilization or
+       reduce GPU memory used by other processes."  (newer: "on device cuda:0 (...)")
+  .../quantization/utils/marlin_utils_fp8.py, marlin_utils_fp4.py prepare_*_for_marlin:
+      "Your GPU does not have native support for FP8 computation but FP8 quantization is
+       being used. Weight-only FP8 compression will be used leveraging the Marlin kernel."
+"""
+import re
+
+STAGES = ("engine_start", "weights_loaded", "memory_profiled", "kv_cache_allocated",
+          "graphs_captured", "api_server_started")
+FAILURE_KINDS = ("shm_exhausted", "kv_cache_insufficient", "free_memory_below_utilization",
+                 "cuda_oom", "gated_model", "import_error", "argument_error", "incomplete", "other")
+DEFAULT_BLOCK_SIZE = 16
+_ORDER = {name: i for i, name in enumerate(STAGES)}
+
+# ------------------------------------------------------------------ line cleaning
+
+# Real ESC sequences and the caret form '^[[0;36m' pasted from a terminal (corpus 037).
+_ANSI = re.compile(r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|\x1b")
+# '(EngineCore_DP0 pid=1)', '(VllmWorker rank=2 pid=3)', '(pid=5)', Ray's '(vLLMHttpServer pid=..)'
+_PROC = re.compile(r"^\s*\((?P<proc>[A-Za-z_][\w\-]*)?(?:\s+rank=(?P<rank>\d+))?\s*pid=\d+\)\s?")
+_OTHER_PREFIXES = (
+    re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s*\|\s*\w+\s*\|\s*\w+\s*\|\s?"),  # app logger '... | ERROR | stderr |'
+    re.compile(r"^[A-Za-z0-9][\w.\-]*\s+\|\s"),  # docker compose 'vllm-1  | '
+    re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\s+"),  # docker logs -t
+    re.compile(r"^\[\d{4}-\d\d-\d\d[ T][\d:.,]+\]\s*"),  # '[2026-03-10 20:21:10] '
+)
+# vLLM's logger: 'INFO 08-02 11:06:17 [file.py:12] msg' (old: 'INFO 04-27 10:11:03 file.py:70] msg')
+_HEADER = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+"
+                     r"(?:\[[^\]]*\]|[\w./\-]+:\d+\])\s?")
+_UVICORN = re.compile(r"^(?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL):\s+")
+
+
+def clean_line(raw):
+    """(level, message, proc, rank) of one physical line."""
+    text = _ANSI.sub("", raw).replace("\x00", "")
+    proc = rank = None
+    for _ in range(4):  # nested prefixes: Ray actor + vLLM process (corpus 051)
+        changed = False
+        m = _PROC.match(text)
+        if m:
+            proc = m.group("proc") or proc
+            rank = m.group("rank") or rank
+            text = text[m.end():]
+            changed = True
+        for pattern in _OTHER_PREFIXES:
+            m = pattern.match(text)
+            if m:
+                text = text[m.end():]
+                changed = True
+        if not changed:
+            break
+    level = None
+    m = _HEADER.match(text)
+    if m:
+        level = m.group("level")
+        text = text[m.end():]
+    else:
+        m = _UVICORN.match(text)
+        if m:
+            level = m.group("level")
+            text = text[m.end():]
+    return level, text.strip(), proc, rank
+
+
+def _lines(text):
+    """(line number, raw, level, message, proc, rank); tqdm's bare \\r splits a line
+    into segments that keep its number (CRLF files have a trailing \\r only)."""
+    for number, physical in enumerate(text.split("\n"), 1):
+        for segment in physical.split("\r"):
+            if segment.strip():
+                level, message, proc, rank = clean_line(segment)
+                yield number, _ANSI.sub("", segment), level, message, proc, rank
+
+
+# ------------------------------------------------------------------ patterns
+
+_NUM = r"(-?\d[\d,]*(?:\.\d+)?)"
+RE = {
+    "api_version": re.compile(r"vLLM API server version (\S+)"),
+    "banner_version": re.compile(r"\u2588\s+version\s+(\d\S*)"),
+    "engine_init": re.compile(r"Initializing an? (?:V1 )?LLM engine(?: \(v([^)\s]+)\))?"),
+    "cli_args": re.compile(r"non-default args:|args: Namespace\("),
+    "weights": re.compile(r"(?:Model loading took|Loading model weights took) " + _NUM + r" ?Gi?B"),
+    "profiling": re.compile(r"Memory profiling (?:results|takes)|the current vLLM instance can use"),
+    "kv_available": re.compile(r"Available KV cache memory: " + _NUM + r" ?GiB"),
+    "kv_size_v0": re.compile(r"kv_cache_size=" + _NUM + r"GiB|reserved for KV Cache is " + _NUM + r" ?GiB"),
+    "kv_tokens": re.compile(r"GPU KV cache size: " + _NUM + r" tokens"),
+    "kv_blocks": re.compile(r"# (?:GPU|CUDA) blocks: " + _NUM),
+    "concurrency": re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"x"),
+    "graphs": re.compile(r"Graph capturing finished in " + _NUM + r" secs?"),
+    "init_engine": re.compile(r"init engine \(profile, create kv cache, warmup model\) took " + _NUM),
+    "api_started": re.compile(r"Starting vLLM (?:API )?server(?: \d+)? on (\S+)"),
+    "uvicorn": re.compile(r"Uvicorn running on (\S+)|^Application startup complete\.?$"),
+    "gmu": re.compile(r"'gpu_memory_utilization': " + _NUM + r"|gpu_memory_utilization=" + _NUM
+                      + r"|gpu_memory_utilization \(" + _NUM + r"|--gpu-memory-utilization=" + _NUM),
+    "max_seq_len_cfg": re.compile(r"\bmax_seq_len=(\d+)"),
+    "max_model_len_arg": re.compile(r"'max_model_len': (\d+)|\bmax_model_len=(\d+)"),
+    "max_len_in_error": re.compile(r"max seq len \((\d+)\)"),
+    "block_size": re.compile(r"\bblock_size=(\d+)|'block_size': (\d+)"),
+    "enforce_eager": re.compile(r"enforce_eager=True|'enforce_eager': True"),
+    "traceback": re.compile(r"^Traceback \(most recent call last\)"),
+    # 'ValueError: ...', 'torch.OutOfMemoryError: ...', 'requests.exceptions.HTTPError: ...'
+    "exception": re.compile(r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception)(?::\s|:?$)"),
+    "hang": re.compile(r"No available shared memory broadcast block found"),
+}
+
+# Ordered: the first kind whose pattern matches a line names the failure.
+FAILURE_PATTERNS = (
+    ("shm_exhausted", re.compile(
+        r"unable to open shared memory object|Error while creating shared memory segment|"
+        r"failed to extend /dev/shm|posix_fallocate failed|"
+        r"(?:/dev/shm|shm|shared memory).*No space left on device", re.I)),
+    ("free_memory_below_utilization", re.compile(
+        r"Free memory on device.*is less than desired GPU memory utili[sz]ation", re.I)),
+    ("kv_cache_insufficient", re.compile(
+        r"No available memory for the cache blocks|"
+        r"is larger than the maximum number of tokens that can be stored in KV cache|"
+        r"To serve at least one request with the models?'s max seq len|"
+        r"KV cache is needed, which is larger than the available KV cache memory|"
+        r"Cannot auto-fit max_model_len", re.I)),
+    ("cuda_oom", re.compile(
+        r"CUDA out of memory|HIP out of memory|OutOfMemoryError|CUDA error: out of memory|"
+        r"CUDA Error: out of memory", re.I)),
+    ("gated_model", re.compile(
+        r"401 Client Error|403 Client Error|GatedRepoError|Cannot access gated repo|"
+        r"Access to model .* is restricted", re.I)),
+    ("import_error", re.compile(r"^(?:ImportError|ModuleNotFoundError)\b|undefined symbol:")),
+    ("argument_error", re.compile(
+        r"(?:vllm|api_server\.py|serve)(?: serve)?: error: |^error: (?:unrecognized arguments|argument )|"
+        r"User-specified max_model_len .* is greater than")),
+)
+# Frames or texts that tell which stage a traceback came from; the innermost wins.
+STAGE_HINTS = (
+    ("weights_loaded", re.compile(r"\bload_model\b|\bload_weights\b|default_loader\.py|weight_utils\.py")),
+    ("memory_profiled", re.compile(r"determine_available_memory|determine_num_available_blocks|"
+                                   r"\bprofile_run\b|_dummy_(?:sampler_)?run|dummy_metadata")),
+    ("kv_cache_allocated", re.compile(r"check_enough_kv_cache_memory|get_kv_cache_configs?\b|"
+                                      r"raise_if_cache_size_invalid|initialize_from_config|"
+                                      r"_initialize_kv_caches|initialize_cache\b")),
+    ("graphs_captured", re.compile(r"\bcapture_model\b|_capture_cudagraphs|capture_graph")),
+)
+ARGUMENT_FRAMES = re.compile(r"validate_parsed_serve_args|cli_args\.py|\bparse_args\b|create_engine_config|arg_utils\.py")
+WRAPPER_EXCEPTIONS = re.compile(
+    r"Engine core initialization failed|EngineCore failed to start|Engine process failed to start|"
+    r"WorkerProc (?:initialization )?failed|EngineDeadError|Call to \w+ method failed|"
+    r"Failed core proc")
+KERNEL_FALLBACK = re.compile(
+    r"does not have native support for FP(?:4|8) computation|"
+    r"Native FP(?:4|8) kernels? (?:is |are )?(?:unavailable|not available).*fall(?:ing)? ?back", re.I)
+_VLLM_PROCS = ("EngineCore", "VllmWorker", "APIServer", "Worker")
+
+
+def _num(text):
+    try:
+        return float(text.replace(",", ""))
+    except (AttributeError, ValueError):
+        return None
+
+
+def _first_group(match):
+    for group in match.groups():
+        if group is not None:
+            return group
+    return None
+
+
+# ------------------------------------------------------------------ one run
+
+def _new_run():
+    return {
+        "version": None, "server_front": False, "engine_inits": 0,
+        "seen": {}, "weights": [], "kv_available": [], "kv_v0": [], "kv_tokens": [],
+        "kv_blocks": [], "concurrency": [], "graph_s": [], "init_engine_s": None,
+        "api_url": None, "gmu": None, "max_seq_len_cfg": None, "max_model_len_arg": None,
+        "max_len_in_error": None, "block_size": None, "enforce_eager": False,
+        "failures": [], "exceptions": [], "hints": [], "in_traceback": False,
+        "warning_details": [], "after_start": None, "last_line": None, "hang": None,
+    }
+
+
+def _progressed(run):
+    return bool(run["failures"] or run["exceptions"] or
+                any(s != "engine_start" for s in run["seen"]))
+
+
+def _starts_new_run(run, message):
+    """A start marker after the current run got somewhere begins the next run."""
+    if RE["api_version"].search(message) or RE["banner_version"].search(message):
+        return run["server_front"] or run["engine_inits"] > 0 or _progressed(run)
+    if RE["engine_init"].search(message):
+        return _progressed(run)
+    return False
+
+
+def _started(run):
+    return "api_server_started" in run["seen"]
+
+
+def _feed(run, number, raw, level, message, proc, rank):
+    """Update a run with one cleaned line."""
+    run["last_line"] = (number, message)
+    started = _started(run)
+
+    m = RE["api_version"].search(message) or RE["banner_version"].search(message)
+    if m:
+        run["server_front"] = True
+        run["version"] = run["version"] or m.group(1)
+    if RE["cli_args"].search(message):
+        run["server_front"] = True
+    m = RE["engine_init"].search(message)
+    if m:
+        run["engine_inits"] += 1
+        run["seen"].setdefault("engine_start", number)
+        if m.group(1) and not run["version"]:
+            run["version"] = m.group(1)
+
+    # Configuration the run was started with (first figure wins).
+    m = RE["gmu"].search(message)
+    if m and run["gmu"] is None:
+        run["gmu"] = _num(_first_group(m))
+    for key in ("max_seq_len_cfg", "max_model_len_arg", "max_len_in_error", "block_size"):
+        m = RE[key].search(message)
+        if m and run[key] is None:
+            run[key] = int(_first_group(m))
+    if RE["enforce_eager"].search(message):
+        run["enforce_eager"] = True
+
+    # Stage lines.
+    m = RE["weights"].search(message)
+    if m:
+        run["seen"].setdefault("weights_loaded", number)
+        run["weights"].append(_num(m.group(1)))
+    if RE["profiling"].search(message):
+        run["seen"].setdefault("memory_profiled", number)
+    m = RE["kv_available"].search(message)
+    if m:
+        run["seen"].setdefault("memory_profiled", number)
+        run["kv_available"].append((_num(m.group(1)), number, message))
+    m = RE["kv_size_v0"].search(message)
+    if m:
+        run["kv_v0"].append(_num(_first_group(m)))
+    m = RE["kv_tokens"].search(message)
+    if m:
+        run["seen"].setdefault("kv_cache_allocated", number)
+        run["kv_tokens"].append(int(_num(m.group(1))))
+    m = RE["kv_blocks"].search(message)
+    if m:
+        run["seen"].setdefault("kv_cache_allocated", number)
+        run["kv_blocks"].append((int(_num(m.group(1))), number, message))
+    m = RE["concurrency"].search(message)
+    if m:
+        run["seen"].setdefault("kv_cache_allocated", number)
+        run["concurrency"].append((_num(m.group(2)), int(_num(m.group(1)))))
+    m = RE["graphs"].search(message)
+    if m:
+        run["seen"].setdefault("graphs_captured", number)
+        run["graph_s"].append(_num(m.group(1)))
+    m = RE["init_engine"].search(message)
+    if m:
+        run["init_engine_s"] = _num(m.group(1))
+        run["seen"].setdefault("kv_cache_allocated", number)
+    m = RE["api_started"].search(message)
+    if m:
+        run["seen"].setdefault("api_server_started", number)
+        run["api_url"] = run["api_url"] or m.group(1)
+    elif not started and RE["uvicorn"].search(message) and "kv_cache_allocated" in run["seen"]:
+        # V0 prints no 'Starting vLLM API server'; only trust uvicorn after KV sizing.
+        run["seen"].setdefault("api_server_started", number)
+        m = RE["uvicorn"].search(message)
+        if m.group(1):
+            run["api_url"] = m.group(1)
+    if RE["hang"].search(message) and not started:
+        run["hang"] = (number, message)
+
+    # Warnings about the serving path.
+    if KERNEL_FALLBACK.search(message):
+        run["warning_details"].append({"kind": "kernel_fallback", "line": number, "message": message})
+
+    # Errors: vLLM's own INFO/DEBUG/WARNING lines never carry one (they mention
+    # 'out of memory' in advice, for instance); everything else may.
+    if level in ("INFO", "DEBUG", "WARNING", "WARN"):
+        return
+    if RE["traceback"].search(message):
+        run["in_traceback"] = True
+        run["hints"] = []
+        return
+    for stage, pattern in STAGE_HINTS:
+        if pattern.search(message):
+            run["hints"].append(stage)
+    if ARGUMENT_FRAMES.search(message):
+        run["hints"].append("arguments")
+    kind = None
+    for name, pattern in FAILURE_PATTERNS:
+        if pattern.search(message):
+            kind = name
+            break
+    is_exception = bool(RE["exception"].search(message))
+    if started:
+        if (kind or is_exception) and run["after_start"] is None:
+            run["after_start"] = {"line": number, "message": message}
+        return
+    if kind:
+        run["failures"].append({"kind": kind, "line": number, "message": message,
+                                "hints": list(run["hints"])})
+    elif is_exception:
+        run["exceptions"].append({"line": number, "message": message, "hints": list(run["hints"])})
+
+
+# ------------------------------------------------------------------ report
+
+def _join_wrapped(lines_by_number, number, message):
+    """A terminal that hard-wrapped the paste (corpus 048) splits one error over
+    lines that carry no prefix and no level: glue those back on."""
+    out = message
+    nxt = number + 1
+    while nxt in lines_by_number and len(lines_by_number[nxt - 1].rstrip()) >= 80:
+        raw = lines_by_number[nxt].rstrip()
+        level, cleaned, _, _ = clean_line(raw)
+        if not raw or raw[0] in " \t" or level or cleaned != raw.strip() \
+                or RE["traceback"].match(raw) or RE["exception"].match(raw):
+            break
+        out += raw
+        nxt += 1
+    return out
+
+
+def _best(candidates):
+    """Of several lines naming a failure, the exception line itself beats the
+    source line a traceback quotes ('raise ValueError("No available memory...')."""
+    for candidate in candidates:
+        if RE["exception"].search(candidate["message"]):
+            return candidate
+    for candidate in candidates:
+        if not re.match(r"(?:raise|return|File) ", candidate["message"]):
+            return candidate
+    return candidates[0]
+
+
+def _failure(run, lines_by_number, kv_tokens, max_model_len):
+    """The failure object of a run that did not start, or None."""
+    chosen = None
+    if run["failures"]:
+        first_kind = run["failures"][0]["kind"]
+        chosen = dict(_best([f for f in run["failures"] if f["kind"] == first_kind]), inferred=False)
+    elif run["exceptions"]:
+        real = [e for e in run["exceptions"] if not WRAPPER_EXCEPTIONS.search(e["message"])]
+        pick = (real or run["exceptions"])[0]
+        kind = "argument_error" if "arguments" in pick["hints"] else "other"
+        chosen = dict(pick, kind=kind, inferred=False)
+    # Cases where vLLM's message is missing (excerpts, kills) but the numbers say it.
+    negative = [k for k in run["kv_available"] if k[0] is not None and k[0] <= 0]
+    zero_blocks = [b for b in run["kv_blocks"] if b[0] == 0]
+    v0_short = (run["kv_blocks"] and not run["concurrency"] and kv_tokens is not None
+                and max_model_len and kv_tokens < max_model_len)
+    if chosen is None or chosen["kind"] == "other" and WRAPPER_EXCEPTIONS.search(chosen["message"]):
+        evidence = negative or zero_blocks
+        if evidence:
+            number, message = evidence[0][1], evidence[0][2]
+            chosen = {"kind": "kv_cache_insufficient", "line": number, "message": message,
+                      "hints": ["kv_cache_allocated"], "inferred": True}
+        elif v0_short and (chosen is not None or run["in_traceback"]):
+            number, message = run["kv_blocks"][0][1], run["kv_blocks"][0][2]
+            chosen = {"kind": "kv_cache_insufficient", "line": number,
+                      "message": "%s (x%d = %d tokens < max_model_len %d)" % (
+                          message, run["block_size"] or DEFAULT_BLOCK_SIZE, kv_tokens, max_model_len),
+                      "hints": ["kv_cache_allocated"], "inferred": True}
+    if chosen is None:
+        return None
+    chosen["message"] = _join_wrapped(lines_by_number, chosen["line"], chosen["message"])
+    return chosen
+
+
+def _stage_of_failure(failure, reached):
+    """The stage the start was attempting when it failed."""
+    if failure["kind"] == "kv_cache_insufficient":
+        return "kv_cache_allocated", True
+    if failure["kind"] in ("gated_model", "argument_error", "import_error"):
+        return "engine_start", True
+    staged = [h for h in failure.get("hints", []) if h in _ORDER]
+    if staged:
+        return staged[-1], True
+    after = max([_ORDER[s] for s in reached] or [-1]) + 1
+    return STAGES[min(after, len(STAGES) - 1)], False
+
+
+def report_run(run, lines_by_number):
+    reached = set(run["seen"])
+    for stage in list(reached):
+        for earlier in STAGES[:_ORDER[stage]]:
+            if earlier != "graphs_captured":
+                reached.add(earlier)
+
+    if run["kv_tokens"]:
+        kv_tokens = min(run["kv_tokens"])
+    elif run["kv_blocks"]:
+        kv_tokens = min(b[0] for b in run["kv_blocks"]) * (run["block_size"] or DEFAULT_BLOCK_SIZE)
+    else:
+        kv_tokens = None
+    concurrency = min((c[0] for c in run["concurrency"] if c[0] is not None), default=None)
+    if run["concurrency"]:
+        max_model_len = run["concurrency"][0][1]
+    else:
+        max_model_len = run["max_seq_len_cfg"] or run["max_model_len_arg"] or run["max_len_in_error"]
+    kv_gib_values = [k[0] for k in run["kv_available"] if k[0] is not None] or \
+        [k for k in run["kv_v0"] if k is not None]
+
+    started = _started(run)
+    engine_ready = run["init_engine_s"] is not None or "graphs_captured" in run["seen"]
+    if run["server_front"] or "api_server_started" in run["seen"]:
+        mode = "server"
+    elif engine_ready:
+        mode = "embedded"
+    else:
+        mode = "unknown"
+    if not started and engine_ready and mode == "embedded":
+        # Offline LLM() or an engine inside another framework (verl, corpus 051):
+        # there is no vLLM API server to wait for.
+        started = True
+
+    failure = None
+    if not started:
+        failure = _failure(run, lines_by_number, kv_tokens, max_model_len)
+        if failure is None:
+            number, message = run["last_line"] or (0, "")
+            failure = {"kind": "incomplete", "line": number,
+                       "message": "log ends before the start completed; last line: %s" % message[:300],
+                       "hints": [], "inferred": True}
+        stage, evidenced = _stage_of_failure(failure, reached)
+        if failure["kind"] == "kv_cache_insufficient":
+            reached -= {"kv_cache_allocated", "graphs_captured", "api_server_started"}
+        if evidenced:
+            for earlier in STAGES[:_ORDER[stage]]:
+                if earlier != "graphs_captured":
+                    reached.add(earlier)
+        failure["stage"] = stage
+        failure.pop("hints", None)
+
+    warnings = list(run["warning_details"])
+    if concurrency is not None and concurrency < 1.0:
+        warnings.append({"kind": "concurrency_below_1", "line": None,
+                         "message": "maximum concurrency %.2fx: one %s-token request does not fit"
+                                    % (concurrency, max_model_len)})
+    elif concurrency is None and kv_tokens is not None and max_model_len and kv_tokens < max_model_len:
+        warnings.append({"kind": "concurrency_below_1", "line": None,
+                         "message": "%d KV tokens < max_model_len %d" % (kv_tokens, max_model_len)})
+    if run["after_start"]:
+        warnings.append(dict(run["after_start"], kind="error_after_start"))
+    if run["hang"] and not started:
+        warnings.append({"kind": "worker_hang_suspected", "line": run["hang"][0], "message": run["hang"][1]})
+
+    last_stage = max(reached, key=lambda s: _ORDER[s]) if reached else None
+    return {
+        "started": started,
+        "engine_ready": engine_ready,
+        "mode": mode,
+        "last_stage": last_stage,
+        "stages": [s for s in STAGES if s in reached],
+        "failure": failure,
+        "kv_cache_tokens": kv_tokens,
+        "kv_cache_gib": min(kv_gib_values) if kv_gib_values else None,
+        "max_concurrency": concurrency,
+        "max_model_len": max_model_len,
+        "weights_gib": max(w for w in run["weights"] if w is not None) if run["weights"] else None,
+        "gpu_memory_utilization": run["gmu"],
+        "graph_capture_s": max(run["graph_s"]) if run["graph_s"] else None,
+        "init_engine_s": run["init_engine_s"],
+        "enforce_eager": run["enforce_eager"],
+        "api_url": run["api_url"],
+        "vllm_version": run["version"],
+        "warnings": sorted({w["kind"] for w in warnings}, key=[w["kind"] for w in warnings].index),
+        "warning_details": warnings,
+    }
+
+
+def parse(text):
+    """Report on a vLLM startup log (str or bytes); never raises on odd input."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    text = text or ""
+    runs = [_new_run()]
+    lines_by_number = {}
+    for number, raw, level, message, proc, rank in _lines(text):
+        lines_by_number.setdefault(number, raw)
+        if _starts_new_run(runs[-1], message):
+            runs.append(_new_run())
+        _feed(runs[-1], number, raw, level, message, proc, rank)
+    result = report_run(runs[-1], lines_by_number)
+    result["runs"] = len(runs)
+    return result
+
+
+def render_text(report):
+    """Readable report for the CLI."""
+    def show(value, unit=""):
+        return "-" if value is None else "%s%s" % (value, unit)
+
+    head = "STARTED" if report["started"] else "NOT STARTED"
+    lines = ["vLLM startup: %s (last stage: %s, vLLM %s, %d run%s in the log)" % (
+        head, show(report["last_stage"]), show(report["vllm_version"]), report["runs"],
+        "" if report["runs"] == 1 else "s")]
+    lines.append("  stages        %s" % (", ".join(report["stages"]) or "-"))
+    lines.append("  weights       %s" % show(report["weights_gib"], " GiB"))
+    lines.append("  KV cache      %s tokens, %s GiB" % (
+        show(report["kv_cache_tokens"] if report["kv_cache_tokens"] is None else "{:,}".format(report["kv_cache_tokens"])),
+        show(report["kv_cache_gib"])))
+    lines.append("  concurrency   %s at max_model_len %s" % (
+        show(report["max_concurrency"], "x"), show(report["max_model_len"])))
+    lines.append("  utilisation   %s" % show(report["gpu_memory_utilization"]))
+    lines.append("  graph capture %s   init engine %s" % (
+        show(report["graph_capture_s"], " s"), show(report["init_engine_s"], " s")))
+    if report["api_url"]:
+        lines.append("  API           %s" % report["api_url"])
+    failure = report["failure"]
+    if failure:
+        lines.append("  FAILURE       %s at %s (line %s%s): %s" % (
+            failure["kind"], failure["stage"], failure["line"],
+            ", inferred" if failure.get("inferred") else "", failure["message"]))
+    for warning in report["warning_details"]:
+        lines.append("  warning       %s: %s" % (warning["kind"], warning["message"][:300]))
+    return "\n".join(lines) + "\n"
