@@ -1,0 +1,69 @@
+"""The docker_daemon_json module run by real ansible on local files."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+ANSIBLE = os.path.join(os.path.dirname(sys.executable), "ansible")
+pytestmark = pytest.mark.skipif(not os.path.exists(ANSIBLE), reason="ansible not installed in this venv")
+
+
+def run_module(args, *flags):
+    env = dict(os.environ, ANSIBLE_LIBRARY=os.path.join(ROOT, "library"),
+               ANSIBLE_MODULE_UTILS=os.path.join(ROOT, "module_utils"),
+               ANSIBLE_LOCALHOST_WARNING="False", ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
+               ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
+    proc = subprocess.run([ANSIBLE, "localhost", "-c", "local", "-m", "docker_daemon_json",
+                           "-a", json.dumps(args), *flags], capture_output=True, text=True, env=env, timeout=120,
+                          cwd=os.path.dirname(args["path"]) if os.path.isdir(os.path.dirname(args["path"])) else "/")
+    out = json.loads(proc.stdout)
+    return out["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+def test_merge_keeps_user_keys_backs_up_and_keeps_mode(tmp_path):
+    path = tmp_path / "daemon.json"
+    path.write_text('{"registry-mirrors": ["https://m.example"], "log-opts": {"max-size": "10m"},'
+                    ' "features": {"buildkit": true}}')
+    os.chmod(path, 0o600)
+    res = run_module({"path": str(path), "options": {"features": {"cdi": True}, "bridge": "none"}, "validate": "never"})
+    assert res["changed"] is True
+    data = json.loads(path.read_text())
+    assert data == {"registry-mirrors": ["https://m.example"], "log-opts": {"max-size": "10m"},
+                    "features": {"buildkit": True, "cdi": True}, "bridge": "none"}
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert res["backup_file"] and json.loads(open(res["backup_file"]).read())["features"] == {"buildkit": True}
+    again = run_module({"path": str(path), "options": {"features": {"cdi": True}, "bridge": "none"}, "validate": "never"})
+    assert again["changed"] is False
+
+
+def test_check_mode_changes_nothing_and_reports_diff(tmp_path):
+    path = tmp_path / "daemon.json"
+    path.write_text('{"debug": true}')
+    res = run_module({"path": str(path), "options": {"bridge": "none"}}, "--check", "--diff")
+    assert res["changed"] is True
+    assert '"bridge": "none"' in res["diff"]["after"]
+    assert path.read_text() == '{"debug": true}'
+    assert sorted(os.listdir(tmp_path)) == ["daemon.json"]
+
+
+def test_malformed_file_fails_naming_it_and_stays_byte_identical(tmp_path):
+    path = tmp_path / "daemon.json"
+    original = b'{"bridge": "none",, }\n'
+    path.write_bytes(original)
+    res = run_module({"path": str(path), "options": {"bridge": "none"}})
+    assert res.get("failed") is True
+    assert str(path) in res["msg"] and "not valid JSON" in res["msg"]
+    assert path.read_bytes() == original
+    assert sorted(os.listdir(tmp_path)) == ["daemon.json"]
+
+
+def test_missing_file_is_created_0644(tmp_path):
+    path = tmp_path / "docker" / "daemon.json"
+    res = run_module({"path": str(path), "options": {"bridge": "none"}, "validate": "never"})
+    assert res["changed"] is True
+    assert path.read_text() == '{\n    "bridge": "none"\n}'
+    assert os.stat(path).st_mode & 0o777 == 0o644
