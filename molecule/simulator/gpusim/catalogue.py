@@ -29,6 +29,7 @@ MODELS = {
         "compute_capability": "12.0",
         "memory_total_mib": 97887,
         "memory_reserved_mib": 637,        # 043 (same GB202 board family)
+        "memory_overhead_mib": 4,          # idle driver-only use, domain.md §3
         "bar1_total_mib": 131072,
         "pci_device_id": 0x2BB5,
         "pci_subsystem_id": 0x204E,
