@@ -1,0 +1,536 @@
+"""CDI specs as the NVIDIA Container Toolkit writes them, plus the helpers nvidia-ctk and the hook share.
+
+Test code (the simulated GPU host). Stdlib only, Python 3.9+.
+
+What is reproduced (checked against the toolkit's source, tags v1.17.8, v1.18.0, v1.20.0, and the corpus
+capture nvidia_ctk/cdi-generate_mock-A100_nvidia.yaml made by 1.20.0):
+- the spec layout: cdiVersion (the minimum version the content needs: 0.5.0 for this content), kind,
+  devices `<index>`, `GPU-<uuid>` per GPU in NVML order, then `all`; the common containerEdits
+  (env, deviceNodes, hooks, mounts) in the CDI struct's field order;
+- which hooks each toolkit version adds (1.17: create-symlinks, enable-cuda-compat, update-ldcache;
+  1.18 adds disable-device-node-modification and the NVIDIA_CTK_LIBCUDA_DIR / NVIDIA_VISIBLE_DEVICES=void
+  env; 1.20 adds update-application-profile);
+- the YAML style: 1.18+ (orderedyaml, yaml.v3 with 4-space indent, struct field order, "---" first line);
+  1.17 (sigs.k8s.io/yaml: keys sorted, 2-space indent, sequences not indented); JSON is json.Marshal
+  (compact, no newline);
+- the file is written as `spec.*.tmp` in the target directory, renamed over the target, chmod 0644.
+"""
+import datetime
+import json
+import os
+import re
+import sys
+import tempfile
+
+try:  # the simulator core (same package)
+    from gpusim import state as _state_mod
+except ImportError:  # pragma: no cover - only when the core is absent
+    _state_mod = None
+
+STATE_DEFAULT_PATH = "/var/lib/gpu-sim/state.json"
+LIB_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu")
+CDI_HOOK_PATH = "/usr/bin/nvidia-cdi-hook"
+MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]
+BINARIES = ["nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control",
+            "nvidia-cuda-mps-server"]
+CONTROL_NODES = ["nvidia-modeset", "nvidia-uvm-tools", "nvidia-uvm", "nvidiactl"]
+NVIDIA_MAJOR = 195
+NVIDIACTL_MINOR = 255
+MODESET_MINOR = 254
+UVM_MAJOR_DEFAULT = 511
+
+
+# --------------------------------------------------------------------------------------------------
+# state access
+
+def load_state(path=None):
+    """The simulator state (gpusim.state.load when the core is importable, else the JSON directly)."""
+    if _state_mod is not None:
+        return _state_mod.load(path)
+    path = path or os.environ.get("GPUSIM_STATE") or STATE_DEFAULT_PATH
+    try:
+        with open(path, encoding="utf-8") as fh:
+            state = json.load(fh)
+    except FileNotFoundError:
+        state = {}
+    state.setdefault("gpus", [])
+    state.setdefault("driver", {"installed": None, "loaded": None})
+    state["driver"].setdefault("installed", None)
+    state["driver"].setdefault("loaded", None)
+    state.setdefault("processes", [])
+    state.setdefault("faults", {})
+    return state
+
+
+def driver_condition(state):
+    """'no_driver' | 'not_loaded' | 'mismatch' | 'ok' (same meaning as gpusim.state.driver_state)."""
+    if _state_mod is not None and hasattr(_state_mod, "driver_state"):
+        return _state_mod.driver_state(state)
+    drv = state.get("driver") or {}
+    inst, loaded = drv.get("installed"), drv.get("loaded")
+    if inst is None:
+        return "no_driver"
+    if loaded is None:
+        return "not_loaded"
+    if inst.get("version") != loaded.get("version"):
+        return "mismatch"
+    return "ok"
+
+
+def nvml_gpus(state):
+    """The GPUs NVML enumerates: a board that needs the open modules is absent under proprietary ones."""
+    loaded = (state.get("driver") or {}).get("loaded") or {}
+    try:
+        from gpusim.catalogue import MODELS
+    except ImportError:  # pragma: no cover
+        MODELS = {}
+    out = []
+    for gpu in state.get("gpus", []):
+        model = MODELS.get(gpu.get("model"), {})
+        if model.get("needs_open_modules") and loaded.get("kernel_modules") == "proprietary":
+            continue
+        out.append(gpu)
+    return out
+
+
+def gpu_minor(gpu):
+    return int(gpu.get("minor", gpu.get("index", 0)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Go / logrus compatible text
+
+_NAMED_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
+                  "\v": "\\v", "\\": "\\\\", '"': '\\"'}
+
+
+def go_quote(text):
+    """strconv.Quote: double-quoted, Go escapes, printable Unicode kept."""
+    out = ['"']
+    for ch in text:
+        if ch in _NAMED_ESCAPES:
+            out.append(_NAMED_ESCAPES[ch])
+        elif " " <= ch <= "~":
+            out.append(ch)
+        elif ord(ch) < 0x80 or not ch.isprintable():
+            code = ord(ch)
+            if code < 0x80:
+                out.append("\\x%02x" % code)
+            elif code < 0x10000:
+                out.append("\\u%04x" % code)
+            else:
+                out.append("\\U%08x" % code)
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+_LOGRUS_PLAIN = re.compile(r"^[A-Za-z0-9\-._/@^+]*$")
+
+
+def rfc3339_now():
+    now = datetime.datetime.now().astimezone().replace(microsecond=0)
+    off = now.utcoffset()
+    base = now.strftime("%Y-%m-%dT%H:%M:%S")
+    if not off:
+        return base + "Z"
+    secs = int(off.total_seconds())
+    sign = "+" if secs >= 0 else "-"
+    secs = abs(secs)
+    return "%s%s%02d:%02d" % (base, sign, secs // 3600, (secs % 3600) // 60)
+
+
+LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+
+
+class Logger:
+    """logrus' TextFormatter when stderr is not a terminal: time="..." level=... msg="..."."""
+
+    def __init__(self, stream=None, level="info"):
+        self.stream = stream
+        self.level = level
+
+    def _emit(self, level, msg):
+        if LEVELS[level] < LEVELS[self.level]:
+            return
+        value = msg if (msg and _LOGRUS_PLAIN.match(msg)) else go_quote(msg)
+        stream = self.stream or sys.stderr
+        stream.write('time="%s" level=%s msg=%s\n' % (rfc3339_now(), level, value))
+        stream.flush()
+
+    def debug(self, msg):
+        self._emit("debug", msg)
+
+    def info(self, msg):
+        self._emit("info", msg)
+
+    def warning(self, msg):
+        self._emit("warning", msg)
+
+    def error(self, msg):
+        self._emit("error", msg)
+
+
+# --------------------------------------------------------------------------------------------------
+# toolkit version features
+
+def version_tuple(version):
+    nums = re.findall(r"\d+", version or "")
+    return tuple(int(n) for n in nums[:3]) if nums else (99, 0, 0)
+
+
+def features(toolkit_version):
+    v = version_tuple(toolkit_version)
+    return {
+        "libcuda_dir_env": v >= (1, 18, 0),
+        "void_env": v >= (1, 18, 0),
+        "disable_device_node_modification": v >= (1, 18, 0),
+        "update_application_profile": v >= (1, 20, 0),
+        "ordered_yaml": v >= (1, 18, 0),
+        "current_cdi_version": "1.1.0" if v >= (1, 20, 0) else ("1.0.0" if v >= (1, 18, 0) else "0.8.0"),
+        "log_min_version": v >= (1, 18, 0),
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# driver discovery (what the simulated driver packages installed)
+
+def _rooted(root, path):
+    return os.path.join(root, path.lstrip("/")) if root and root != "/" else path
+
+
+def find_versioned_libs(version, driver_root="/"):
+    """Libraries `*.so.<version>` in the multiarch dirs, named as ldcache lists them (/lib/x86_64-linux-gnu)."""
+    found = {}
+    suffix = ".so." + version
+    for libdir in LIB_DIRS:
+        real = _rooted(driver_root, libdir)
+        if not os.path.isdir(real):
+            continue
+        for dirpath, dirnames, filenames in os.walk(real):
+            dirnames.sort()
+            rel = os.path.relpath(dirpath, real)
+            if rel.count(os.sep) > 1:
+                continue
+            for name in filenames:
+                if name.endswith(suffix):
+                    sub = "" if rel == "." else rel + "/"
+                    key = "/lib/x86_64-linux-gnu/" + sub + name
+                    found.setdefault(key, True)
+    return sorted(found)
+
+
+def find_binaries(driver_root="/"):
+    out = []
+    for name in BINARIES:
+        for d in ("/usr/bin", "/usr/sbin"):
+            if os.path.exists(_rooted(driver_root, d + "/" + name)):
+                out.append(d + "/" + name)
+                break
+    return out
+
+
+def find_firmware(version, driver_root="/"):
+    d = "/lib/firmware/nvidia/" + version
+    real = _rooted(driver_root, d)
+    if not os.path.isdir(real):
+        return []
+    return sorted(d + "/" + n for n in os.listdir(real) if n.startswith("gsp") and n.endswith(".bin"))
+
+
+def find_control_nodes(dev_root="/"):
+    return ["/dev/" + n for n in CONTROL_NODES if os.path.exists(_rooted(dev_root, "/dev/" + n))]
+
+
+# --------------------------------------------------------------------------------------------------
+# spec building
+
+def _hook(args, feats):
+    return {"hookName": "createContainer", "path": CDI_HOOK_PATH, "args": ["nvidia-cdi-hook"] + args,
+            "env": ["NVIDIA_CTK_DEBUG=false"]}
+
+
+def build_spec(state, toolkit_version, driver_root="/", dev_root=None, vendor="nvidia.com", cls="gpu",
+               no_all_device=False, extra_mounts=None):
+    """The spec dict (insertion order = the CDI struct field order) for the state's GPUs."""
+    dev_root = driver_root if dev_root is None else dev_root
+    feats = features(toolkit_version)
+    version = state["driver"]["loaded"]["version"]
+    devices = []
+    all_nodes = []
+    for gpu in state.get("gpus", []):
+        node = "/dev/nvidia%d" % gpu_minor(gpu)
+        edits = {"deviceNodes": [{"path": node, "hostPath": node}]}
+        all_nodes.append(node)
+        for name in (str(gpu.get("index", 0)), gpu["uuid"]):
+            devices.append({"name": name, "containerEdits": json.loads(json.dumps(edits))})
+    if not no_all_device and devices:
+        devices.append({"name": "all", "containerEdits": {
+            "deviceNodes": [{"path": n, "hostPath": n} for n in all_nodes]}})
+
+    libs = find_versioned_libs(version, driver_root)
+    env = []
+    if feats["libcuda_dir_env"]:
+        env.append("NVIDIA_CTK_LIBCUDA_DIR=/lib/x86_64-linux-gnu")
+    if feats["void_env"]:
+        env.append("NVIDIA_VISIBLE_DEVICES=void")
+    hooks = []
+    if any(os.path.basename(l).startswith("libcuda.so.") for l in libs):
+        hooks.append(_hook(["create-symlinks", "--link",
+                            "libcuda.so.1::/lib/x86_64-linux-gnu/libcuda.so"], feats))
+    hooks.append(_hook(["enable-cuda-compat", "--host-driver-version=" + version], feats))
+    folders = []
+    for lib in libs:
+        d = os.path.dirname(lib)
+        if d not in folders:
+            folders.append(d)
+    if folders:
+        args = ["update-ldcache"]
+        for d in folders:
+            args += ["--folder", d]
+        hooks.append(_hook(args, feats))
+    if feats["disable_device_node_modification"]:
+        hooks.append(_hook(["disable-device-node-modification"], feats))
+    if feats["update_application_profile"]:
+        hooks.append(_hook(["update-application-profile"], feats))
+
+    mounts = []
+    for path in libs + find_firmware(version, driver_root) + find_binaries(driver_root) + list(extra_mounts or []):
+        mounts.append({"hostPath": path, "containerPath": path, "options": list(MOUNT_OPTIONS)})
+
+    common = {}
+    if env:
+        common["env"] = env
+    nodes = find_control_nodes(dev_root)
+    if nodes:
+        common["deviceNodes"] = [{"path": n, "hostPath": n} for n in nodes]
+    if hooks:
+        common["hooks"] = hooks
+    if mounts:
+        common["mounts"] = mounts
+    spec = {"cdiVersion": "0.5.0", "kind": "%s/%s" % (vendor, cls), "devices": devices,
+            "containerEdits": common}
+    return spec
+
+
+# --------------------------------------------------------------------------------------------------
+# YAML / JSON emitters (no PyYAML on the targets)
+
+_YAML_NEEDS_QUOTE_WORDS = {"", "~", "null", "Null", "NULL", "true", "True", "TRUE", "false", "False",
+                           "FALSE", "yes", "Yes", "YES", "no", "No", "NO", "on", "On", "ON", "off",
+                           "Off", "OFF", "y", "Y", "n", "N", ".inf", ".Inf", ".INF", "-.inf", ".nan",
+                           ".NaN", ".NAN", "<<", "="}
+_NUMBERISH = re.compile(r"^[-+]?(\.?[0-9][0-9_]*(\.[0-9_]*)?([eE][-+]?[0-9]+)?|0x[0-9a-fA-F_]+|0o?[0-7_]+|"
+                        r"[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?)$")
+
+
+def yaml_scalar(value):
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return json.dumps(value)
+    s = str(value)
+    quote = (s in _YAML_NEEDS_QUOTE_WORDS or _NUMBERISH.match(s) is not None
+             or s[0] in "!&*{}[]|>'\"%@`#,?:" or (s[0] == "-" and (len(s) == 1 or s[1] == " "))
+             or s != s.strip() or ": " in s or " #" in s or s.endswith(":")
+             or any(ord(c) < 0x20 for c in s))
+    if not quote:
+        return s
+    return json.dumps(s, ensure_ascii=False)
+
+
+def emit_yaml_ordered(spec):
+    """orderedyaml (yaml.v3, indent 4): the 1.18+ style of the corpus file.
+
+    yaml.v3's layout, read off the corpus file: a mapping's children sit 4 columns in, except in a
+    mapping that is itself a sequence item (`- key: ...`), whose children sit 2 columns in from its keys.
+    """
+    lines = ["---"]
+
+    def emit_map(d, indent, first_prefix=None, in_seq_item=False):
+        pad = " " * indent
+        step = 2 if in_seq_item else 4
+        first = True
+        for k, v in d.items():
+            lead = first_prefix if (first and first_prefix is not None) else pad
+            first = False
+            if isinstance(v, dict) and v:
+                lines.append("%s%s:" % (lead, k))
+                emit_map(v, indent + step)
+            elif isinstance(v, list) and v:
+                lines.append("%s%s:" % (lead, k))
+                emit_seq(v, indent + step)
+            elif isinstance(v, (dict, list)):
+                lines.append("%s%s: %s" % (lead, k, "{}" if isinstance(v, dict) else "[]"))
+            else:
+                lines.append("%s%s: %s" % (lead, k, yaml_scalar(v)))
+
+    def emit_seq(items, indent):
+        pad = " " * indent
+        for item in items:
+            if isinstance(item, dict) and item:
+                emit_map(item, indent + 2, first_prefix=pad + "- ", in_seq_item=True)
+            else:
+                lines.append("%s- %s" % (pad, yaml_scalar(item)))
+
+    emit_map(spec, 0)
+    return "\n".join(lines) + "\n"
+
+
+def emit_yaml_sorted(spec):
+    """sigs.k8s.io/yaml (go-yaml v2 via JSON): keys sorted, 2 spaces, sequences at the key's column."""
+    lines = ["---"]
+
+    def emit_map(d, indent, first_prefix=None):
+        pad = " " * indent
+        first = True
+        for k in sorted(d):
+            v = d[k]
+            lead = first_prefix if (first and first_prefix is not None) else pad
+            first = False
+            if isinstance(v, dict) and v:
+                lines.append("%s%s:" % (lead, k))
+                emit_map(v, indent + 2)
+            elif isinstance(v, list) and v:
+                lines.append("%s%s:" % (lead, k))
+                emit_seq(v, indent)
+            elif isinstance(v, (dict, list)):
+                lines.append("%s%s: %s" % (lead, k, "{}" if isinstance(v, dict) else "[]"))
+            else:
+                lines.append("%s%s: %s" % (lead, k, yaml_scalar(v)))
+
+    def emit_seq(items, indent):
+        pad = " " * indent
+        for item in items:
+            if isinstance(item, dict) and item:
+                emit_map(item, indent + 2, first_prefix=pad + "- ")
+            else:
+                lines.append("%s- %s" % (pad, yaml_scalar(item)))
+
+    emit_map(spec, 0)
+    return "\n".join(lines) + "\n"
+
+
+def emit_json(spec):
+    return json.dumps(spec, separators=(",", ":"), ensure_ascii=False).replace(
+        "<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def render(spec, fmt, toolkit_version):
+    if fmt == "json":
+        return emit_json(spec)
+    if features(toolkit_version)["ordered_yaml"]:
+        return emit_yaml_ordered(spec)
+    return emit_yaml_sorted(spec)
+
+
+def write_spec_file(path, data, mode=0o644):
+    """As the CDI cache writes a spec: spec.*.tmp in the target dir, rename over the target, chmod."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="spec.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(data)
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    os.chmod(path, mode)
+
+
+# --------------------------------------------------------------------------------------------------
+# reading specs (cdi list, the simulated runtimes)
+
+DEFAULT_SPEC_DIRS = ["/etc/cdi", "/var/run/cdi"]
+
+
+def _parse_yaml_min(text):
+    """Just enough YAML for CDI specs: the top-level `kind` and the names of `devices`."""
+    kind = None
+    names = []
+    in_devices = False
+    dev_indent = None
+    for raw in text.splitlines():
+        line = raw.split(" #")[0].rstrip()
+        if not line.strip() or line.strip() == "---" or line.lstrip().startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        stripped = line.strip()
+        if indent == 0:
+            in_devices = stripped.startswith("devices:")
+            if stripped.startswith("kind:"):
+                kind = _unquote(stripped[5:].strip())
+            continue
+        if in_devices:
+            m = re.match(r"^-\s+name:\s*(.*)$", stripped)
+            if m and (dev_indent is None or indent == dev_indent):
+                dev_indent = indent
+                names.append(_unquote(m.group(1).strip()))
+            elif dev_indent is not None and indent == dev_indent + 2 and stripped.startswith("name:"):
+                names.append(_unquote(stripped[5:].strip()))
+    return {"kind": kind, "devices": [{"name": n} for n in names]}
+
+
+def _unquote(s):
+    if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"'":
+        if s[0] == '"':
+            try:
+                return json.loads(s)
+            except ValueError:
+                return s[1:-1]
+        return s[1:-1].replace("''", "'")
+    return s
+
+
+def read_spec(path):
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    if path.endswith(".json"):
+        return json.loads(text)
+    return _parse_yaml_min(text)
+
+
+def list_devices(spec_dirs=None):
+    """Qualified device names from all specs; a later directory overrides an earlier one (priority)."""
+    spec_dirs = spec_dirs or DEFAULT_SPEC_DIRS
+    resolved = {}
+    errors = {}
+    for prio, d in enumerate(spec_dirs):
+        try:
+            entries = sorted(os.listdir(d))
+        except OSError:
+            continue
+        seen_here = {}
+        for name in entries:
+            if not (name.endswith(".yaml") or name.endswith(".json")):
+                continue
+            path = os.path.join(d, name)
+            if not os.path.isfile(path):
+                continue
+            try:
+                spec = read_spec(path)
+            except (OSError, ValueError) as exc:
+                errors[path] = str(exc)
+                continue
+            kind = spec.get("kind")
+            if not kind:
+                errors[path] = "invalid spec: missing kind"
+                continue
+            for dev in spec.get("devices") or []:
+                qname = "%s=%s" % (kind, dev.get("name"))
+                if qname in seen_here:
+                    errors[path] = "conflicting device %s (specs %s, %s)" % (
+                        go_quote(qname), go_quote(seen_here[qname]), go_quote(path))
+                    continue
+                seen_here[qname] = path
+                resolved[qname] = (prio, path)
+    return sorted(resolved), errors
