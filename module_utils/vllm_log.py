@@ -135,7 +135,8 @@ RE = {
     "api_started": re.compile(r"Starting vLLM (?:API )?server(?: \d+)? on (\S+)"),
     "uvicorn": re.compile(r"Uvicorn running on (\S+)|^Application startup complete\.?$"),
     "gmu": re.compile(r"'gpu_memory_utilization': " + _NUM + r"|gpu_memory_utilization=" + _NUM
-                      + r"|gpu_memory_utilization \(" + _NUM + r"|--gpu-memory-utilization=" + _NUM),
+                      + r"|gpu_memory_utilization \(" + _NUM + r"|--gpu-memory-utilization=" + _NUM
+                      + r"|Desired GPU memory utilization is \(" + _NUM, re.I),
     "max_seq_len_cfg": re.compile(r"\bmax_seq_len=(\d+)"),
     "max_model_len_arg": re.compile(r"'max_model_len': (\d+)|\bmax_model_len=(\d+)"),
     "max_len_in_error": re.compile(r"max seq len \((\d+)\)"),
@@ -214,7 +215,7 @@ def _new_run():
         "version": None, "server_front": False, "engine_inits": 0,
         "seen": {}, "weights": [], "kv_available": [], "kv_v0": [], "kv_tokens": [],
         "kv_blocks": [], "concurrency": [], "graph_s": [], "init_engine_s": None,
-        "api_url": None, "gmu": None, "max_seq_len_cfg": None, "max_model_len_arg": None,
+        "api_url": None, "v1": False, "gmu": None, "max_seq_len_cfg": None, "max_model_len_arg": None,
         "max_len_in_error": None, "block_size": None, "enforce_eager": False,
         "failures": [], "exceptions": [], "hints": [], "in_traceback": False,
         "warning_details": [], "after_start": None, "last_line": None, "hang": None,
@@ -253,6 +254,7 @@ def _feed(run, number, raw, level, message, proc, rank):
     m = RE["engine_init"].search(message)
     if m:
         run["engine_inits"] += 1
+        run["v1"] = run["v1"] or "V1 LLM engine" in message
         run["seen"].setdefault("engine_start", number)
         if m.group(1) and not run["version"]:
             run["version"] = m.group(1)
@@ -306,11 +308,12 @@ def _feed(run, number, raw, level, message, proc, rank):
     if m:
         run["seen"].setdefault("api_server_started", number)
         run["api_url"] = run["api_url"] or m.group(1)
-    elif not started and RE["uvicorn"].search(message) and "kv_cache_allocated" in run["seen"]:
-        # V0 prints no 'Starting vLLM API server'; only trust uvicorn after KV sizing.
+    elif RE["uvicorn"].search(message) and "kv_cache_allocated" in run["seen"] and not run["v1"]:
+        # V0 prints no 'Starting vLLM API server'; only trust uvicorn after KV sizing
+        # (V1 always prints its own line, so there uvicorn's may be another server's).
         run["seen"].setdefault("api_server_started", number)
         m = RE["uvicorn"].search(message)
-        if m.group(1):
+        if m.group(1) and not run["api_url"]:
             run["api_url"] = m.group(1)
     if RE["hang"].search(message) and not started:
         run["hang"] = (number, message)

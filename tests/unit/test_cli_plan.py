@@ -1,0 +1,74 @@
+"""`gpuhost plan` through the real dispatcher (subprocess)."""
+import json
+import os
+import subprocess
+import sys
+
+from conftest import FIXTURES, ROOT
+
+GPUHOST = os.path.join(ROOT, "bin", "gpuhost")
+MODELS = os.path.join(FIXTURES, "models")
+
+
+def gpuhost(*args):
+    return subprocess.run([sys.executable, GPUHOST, "plan"] + list(args),
+                          capture_output=True, text=True, timeout=60)
+
+
+SEED = ["--gpu-memory-mib", "97280", "--gpu-memory-utilization", "0.90", "--max-model-len", "32768",
+        "--weights-gib", "54.12", "--kv-bytes-per-token", "262144",
+        "--non-torch-gib", "0.91", "--activation-gib", "4.38"]
+
+
+def test_json_plan_has_the_promised_keys():
+    proc = gpuhost("--json", *SEED)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    for key in ("budget_mib", "weights_gib", "kv_bytes_per_token", "kv_cache_gib", "kv_cache_tokens",
+                "max_concurrency", "verdict", "reasons", "remedies"):
+        assert key in plan
+    assert round(plan["kv_cache_gib"], 2) == 26.09
+    assert plan["verdict"] == "warn"
+
+
+def test_text_plan_is_readable():
+    proc = gpuhost(*SEED)
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("vLLM memory plan: WARN")
+    assert "26.09 GiB" in proc.stdout and "remedies" in proc.stdout
+
+
+def test_instances_and_check_flag():
+    args = ["--json", "--gpu-memory-mib", "23034", "--gpu-memory-utilization", "0.40",
+            "--max-model-len", "4096", "--weights-gib", "2", "--kv-bytes-per-token", "36864"]
+    proc = gpuhost(*(args + ["--instances", "4"]))
+    plan = json.loads(proc.stdout)
+    assert proc.returncode == 0 and plan["verdict"] == "refuse" and plan["budget_mib"] == 9214
+    assert gpuhost(*(args + ["--instances", "4", "--check"])).returncode == 1
+    args[4] = "0.23"
+    proc = gpuhost(*(args + ["--instances", "4", "--check"]))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["instances"][0]["fits"]
+
+
+def test_model_directory(tmp_path):
+    proc = gpuhost("--json", "--gpu-memory-mib", "24576", "--max-model-len", "8192",
+                   "--model", os.path.join(MODELS, "llama-3.1-8b-instruct"), "--weights-gib", "14.96",
+                   "--kv-cache-dtype", "fp8", "--tensor-parallel-size", "2")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["kv_bytes_per_token"] == 32768 and plan["weights_gib"] == 7.48
+
+
+def test_bad_input_is_one_line_and_exit_2():
+    for args in (["--gpu-memory-mib", "lots", "--weights-gib", "1", "--kv-bytes-per-token", "1", "--max-model-len", "8"],
+                 ["--gpu-memory-mib", "1000"],
+                 ["--gpu-memory-utilization", "0.5"],
+                 ["--gpu-memory-mib", "1000", "--model", "/does/not/exist"],
+                 ["--gpu-memory-mib", "1000", "--weights-gib", "1", "--kv-bytes-per-token", "1",
+                  "--max-model-len", "8", "--instances", "0"],
+                 ["--no-such-flag"]):
+        proc = gpuhost(*args)
+        assert proc.returncode == 2, args
+        assert proc.stdout == ""
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+        assert proc.stderr.startswith("gpuhost plan: ")
