@@ -148,6 +148,40 @@ RE = {
     "hang": re.compile(r"No available shared memory broadcast block found"),
 }
 
+# Literal text each pattern needs: a substring test first keeps a 100k-character
+# log to a few regex searches per line (bench/bench_vllm_log.py).
+GATES = {
+    "api_version": ("API server version",), "banner_version": ("version",),
+    "engine_init": ("LLM engine",), "cli_args": ("args",), "weights": ("took",),
+    "profiling": ("emory profiling", "current vLLM instance"), "kv_available": ("Available KV",),
+    "kv_size_v0": ("kv_cache_size=", "reserved for KV"), "kv_tokens": ("KV cache size",),
+    "kv_blocks": (" blocks: ",), "concurrency": ("Maximum concurrency",),
+    "graphs": ("Graph capturing",), "init_engine": ("init engine",), "api_started": ("Starting vLLM",),
+    "uvicorn": ("Uvicorn running", "Application startup"),
+    "gmu": ("gpu_memory_utilization", "gpu-memory-utilization", "GPU memory utilization"),
+    "max_seq_len_cfg": ("max_seq_len=",), "max_model_len_arg": ("max_model_len",),
+    "max_len_in_error": ("max seq len",), "block_size": ("block_size",),
+    "enforce_eager": ("enforce_eager",), "traceback": ("Traceback",), "hang": ("broadcast block",),
+}
+# The same for the failure kinds, tested on the lower-cased line.
+FAILURE_GATES = {
+    "shm_exhausted": ("shared memory", "shm", "posix_fallocate"),
+    "free_memory_below_utilization": ("free memory on device",),
+    "kv_cache_insufficient": ("cache blocks", "kv cache", "max seq len", "auto-fit"),
+    "cuda_oom": ("out of memory", "outofmemoryerror"),
+    "gated_model": ("client error", "gated", "restricted"),
+    "import_error": ("importerror", "modulenotfounderror", "undefined symbol"),
+    "argument_error": ("error: ", "max_model_len"),
+}
+
+
+def _find(key, message):
+    for gate in GATES[key]:
+        if gate in message:
+            return RE[key].search(message)
+    return None
+
+
 # Ordered: the first kind whose pattern matches a line names the failure.
 FAILURE_PATTERNS = (
     ("shm_exhausted", re.compile(
@@ -183,11 +217,17 @@ STAGE_HINTS = (
                                       r"_initialize_kv_caches|initialize_cache\b")),
     ("graphs_captured", re.compile(r"\bcapture_model\b|_capture_cudagraphs|capture_graph")),
 )
+_HINT_NAMES = {"weights_loaded": "w", "memory_profiled": "m", "kv_cache_allocated": "k",
+               "graphs_captured": "g", "arguments": "a"}
 ARGUMENT_FRAMES = re.compile(r"validate_parsed_serve_args|cli_args\.py|\bparse_args\b|create_engine_config|arg_utils\.py")
 WRAPPER_EXCEPTIONS = re.compile(
     r"Engine core initialization failed|EngineCore failed to start|Engine process failed to start|"
     r"WorkerProc (?:initialization )?failed|EngineDeadError|Call to \w+ method failed|"
     r"Failed core proc")
+# One search per traceback line instead of five.
+_HINTS = re.compile("|".join("(?P<%s>%s)" % (_HINT_NAMES[stage], pattern.pattern)
+                             for stage, pattern in STAGE_HINTS + (("arguments", ARGUMENT_FRAMES),)))
+_HINT_STAGE = {short: stage for stage, short in _HINT_NAMES.items()}
 KERNEL_FALLBACK = re.compile(
     r"does not have native support for FP(?:4|8) computation|"
     r"Native FP(?:4|8) kernels? (?:is |are )?(?:unavailable|not available).*fall(?:ing)? ?back", re.I)
@@ -229,9 +269,9 @@ def _progressed(run):
 
 def _starts_new_run(run, message):
     """A start marker after the current run got somewhere begins the next run."""
-    if RE["api_version"].search(message) or RE["banner_version"].search(message):
+    if _find("api_version", message) or _find("banner_version", message):
         return run["server_front"] or run["engine_inits"] > 0 or _progressed(run)
-    if RE["engine_init"].search(message):
+    if _find("engine_init", message):
         return _progressed(run)
     return False
 
@@ -244,14 +284,28 @@ def _feed(run, number, raw, level, message, proc, rank):
     """Update a run with one cleaned line."""
     run["last_line"] = (number, message)
     started = _started(run)
+    if started:
+        # Past the start only a late error matters (a long-running server's log is
+        # mostly request lines); V0 prints its URL just after 'startup complete'.
+        if not run["api_url"]:
+            m = _find("uvicorn", message)
+            if m and m.group(1):
+                run["api_url"] = m.group(1)
+        if run["after_start"] is None and level not in ("INFO", "DEBUG", "WARNING", "WARN"):
+            lower = message.lower()
+            kind = any(any(g in lower for g in FAILURE_GATES[name]) and pattern.search(message)
+                       for name, pattern in FAILURE_PATTERNS)
+            if kind or RE["exception"].search(message):
+                run["after_start"] = {"line": number, "message": message}
+        return
 
-    m = RE["api_version"].search(message) or RE["banner_version"].search(message)
+    m = _find("api_version", message) or _find("banner_version", message)
     if m:
         run["server_front"] = True
         run["version"] = run["version"] or m.group(1)
-    if RE["cli_args"].search(message):
+    if _find("cli_args", message):
         run["server_front"] = True
-    m = RE["engine_init"].search(message)
+    m = _find("engine_init", message)
     if m:
         run["engine_inits"] += 1
         run["v1"] = run["v1"] or "V1 LLM engine" in message
@@ -260,91 +314,86 @@ def _feed(run, number, raw, level, message, proc, rank):
             run["version"] = m.group(1)
 
     # Configuration the run was started with (first figure wins).
-    m = RE["gmu"].search(message)
-    if m and run["gmu"] is None:
+    m = _find("gmu", message) if run["gmu"] is None else None
+    if m:
         run["gmu"] = _num(_first_group(m))
     for key in ("max_seq_len_cfg", "max_model_len_arg", "max_len_in_error", "block_size"):
-        m = RE[key].search(message)
-        if m and run[key] is None:
+        m = _find(key, message) if run[key] is None else None
+        if m:
             run[key] = int(_first_group(m))
-    if RE["enforce_eager"].search(message):
+    if _find("enforce_eager", message):
         run["enforce_eager"] = True
 
     # Stage lines.
-    m = RE["weights"].search(message)
+    m = _find("weights", message)
     if m:
         run["seen"].setdefault("weights_loaded", number)
         run["weights"].append(_num(m.group(1)))
-    if RE["profiling"].search(message):
+    if _find("profiling", message):
         run["seen"].setdefault("memory_profiled", number)
-    m = RE["kv_available"].search(message)
+    m = _find("kv_available", message)
     if m:
         run["seen"].setdefault("memory_profiled", number)
         run["kv_available"].append((_num(m.group(1)), number, message))
-    m = RE["kv_size_v0"].search(message)
+    m = _find("kv_size_v0", message)
     if m:
         run["kv_v0"].append(_num(_first_group(m)))
-    m = RE["kv_tokens"].search(message)
+    m = _find("kv_tokens", message)
     if m:
         run["seen"].setdefault("kv_cache_allocated", number)
         run["kv_tokens"].append(int(_num(m.group(1))))
-    m = RE["kv_blocks"].search(message)
+    m = _find("kv_blocks", message)
     if m:
         run["seen"].setdefault("kv_cache_allocated", number)
         run["kv_blocks"].append((int(_num(m.group(1))), number, message))
-    m = RE["concurrency"].search(message)
+    m = _find("concurrency", message)
     if m:
         run["seen"].setdefault("kv_cache_allocated", number)
         run["concurrency"].append((_num(m.group(2)), int(_num(m.group(1)))))
-    m = RE["graphs"].search(message)
+    m = _find("graphs", message)
     if m:
         run["seen"].setdefault("graphs_captured", number)
         run["graph_s"].append(_num(m.group(1)))
-    m = RE["init_engine"].search(message)
+    m = _find("init_engine", message)
     if m:
         run["init_engine_s"] = _num(m.group(1))
         run["seen"].setdefault("kv_cache_allocated", number)
-    m = RE["api_started"].search(message)
+    m = _find("api_started", message)
     if m:
         run["seen"].setdefault("api_server_started", number)
         run["api_url"] = run["api_url"] or m.group(1)
-    elif RE["uvicorn"].search(message) and "kv_cache_allocated" in run["seen"] and not run["v1"]:
+    elif _find("uvicorn", message) and "kv_cache_allocated" in run["seen"] and not run["v1"]:
         # V0 prints no 'Starting vLLM API server'; only trust uvicorn after KV sizing
         # (V1 always prints its own line, so there uvicorn's may be another server's).
         run["seen"].setdefault("api_server_started", number)
-        m = RE["uvicorn"].search(message)
+        m = _find("uvicorn", message)
         if m.group(1) and not run["api_url"]:
             run["api_url"] = m.group(1)
-    if RE["hang"].search(message) and not started:
+    if _find("hang", message):
         run["hang"] = (number, message)
 
     # Warnings about the serving path.
-    if KERNEL_FALLBACK.search(message):
+    lower = message.lower()
+    if "native" in lower and KERNEL_FALLBACK.search(message):
         run["warning_details"].append({"kind": "kernel_fallback", "line": number, "message": message})
 
     # Errors: vLLM's own INFO/DEBUG/WARNING lines never carry one (they mention
     # 'out of memory' in advice, for instance); everything else may.
     if level in ("INFO", "DEBUG", "WARNING", "WARN"):
         return
-    if RE["traceback"].search(message):
+    if _find("traceback", message):
         run["in_traceback"] = True
         run["hints"] = []
         return
-    for stage, pattern in STAGE_HINTS:
-        if pattern.search(message):
-            run["hints"].append(stage)
-    if ARGUMENT_FRAMES.search(message):
-        run["hints"].append("arguments")
+    m = _HINTS.search(message)
+    if m:
+        run["hints"].append(_HINT_STAGE[m.lastgroup])
     kind = None
     for name, pattern in FAILURE_PATTERNS:
-        if pattern.search(message):
+        if any(gate in lower for gate in FAILURE_GATES[name]) and pattern.search(message):
             kind = name
             break
     is_exception = bool(RE["exception"].search(message))
-    if started:
-        if (kind or is_exception) and run["after_start"] is None:
-            run["after_start"] = {"line": number, "message": message}
-        return
     if kind:
         run["failures"].append({"kind": kind, "line": number, "message": message,
                                 "hints": list(run["hints"])})
