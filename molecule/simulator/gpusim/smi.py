@@ -111,7 +111,11 @@ class Smi:
         return out
 
     def processes_on(self, gpu):
-        return [p for p in self.state["processes"] if p.get("gpu_index") == gpu["index"]]
+        """Processes holding a context on this GPU. An entry made by `gpusim process add` ("holder")
+        goes away when its pid is gone (the driver frees a dead process's context); any other entry —
+        a zombie — stays listed whatever its pid."""
+        return [p for p in self.state["processes"] if p.get("gpu_index") == gpu["index"] and
+                (not p.get("holder") or pid_alive(p["pid"]))]
 
     # ----- per-GPU values ---------------------------------------------------------------------
     def view(self, gpu, display_index):
@@ -594,6 +598,16 @@ def _select_sections(lines, displays):
         if keep:
             out.append(line)
     return out
+
+
+def pid_alive(pid):
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, OverflowError):
+        return True
+    return True
 
 
 def _compute_mode_short(mode):
