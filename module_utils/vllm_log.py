@@ -71,6 +71,8 @@ _OTHER_PREFIXES = (
 _HEADER = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+"
                      r"(?:\[[^\]]*\]|[\w./\-]+:\d+\])\s?")
 _UVICORN = re.compile(r"^(?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL):\s+")
+# Bare level word, as transcripts print it ('INFO GPU KV cache size: ...', seed 000).
+_BARE_LEVEL = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?=\S)")
 
 
 def clean_line(raw):
@@ -98,7 +100,7 @@ def clean_line(raw):
         level = m.group("level")
         text = text[m.end():]
     else:
-        m = _UVICORN.match(text)
+        m = _UVICORN.match(text) or _BARE_LEVEL.match(text)
         if m:
             level = m.group("level")
             text = text[m.end():]
@@ -195,6 +197,7 @@ FAILURE_PATTERNS = (
         r"is larger than the maximum number of tokens that can be stored in KV cache|"
         r"To serve at least one request with the models?'s max seq len|"
         r"KV cache is needed, which is larger than the available KV cache memory|"
+        r"more KV cache is needed than available|"  # seed 000's wording of the same error
         r"Cannot auto-fit max_model_len", re.I)),
     ("cuda_oom", re.compile(
         r"CUDA out of memory|HIP out of memory|OutOfMemoryError|CUDA error: out of memory|"

@@ -308,8 +308,16 @@ def test_seed_transcript():
     assert r["max_model_len"] == 32768 and r["weights_gib"] == 27.31 and r["gpu_memory_utilization"] == 0.92
     low = vllm_log.parse("INFO GPU KV cache size: 8,192 tokens\n"
                          "INFO Maximum concurrency for 32,768 tokens per request: 0.25x\n"
-                         "ERROR ValueError: To serve at least one request with 32768 tokens,\n")
+                         "ERROR ValueError: To serve at least one request with 32768 tokens,\n"
+                         "more KV cache is needed than available.\n")
     assert "concurrency_below_1" in low["warnings"] and not low["started"]
+    assert low["failure"]["kind"] == "kv_cache_insufficient" and low["last_stage"] == "memory_profiled"
+    # seed 000 step 4, wrapped as the seed prints it.
+    shm = vllm_log.parse("INFO Starting vLLM engine...\nINFO Loading safetensors checkpoint shards: 0% Completed\n"
+                         "ERROR RuntimeError: unable to open shared memory object </torch_shm_1a2b>\n"
+                         "in read-write mode: No space left on device (28)\n")
+    assert shm["failure"]["kind"] == "shm_exhausted" and not shm["started"]
+    assert shm["failure"]["message"].startswith("RuntimeError: unable to open shared memory object")
 
 
 def test_seed_fallback_lines():
