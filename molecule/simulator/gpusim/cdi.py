@@ -34,6 +34,8 @@ MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]
 BINARIES = ["nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control",
             "nvidia-cuda-mps-server"]
 CONTROL_NODES = ["nvidia-modeset", "nvidia-uvm-tools", "nvidia-uvm", "nvidiactl"]
+# SONAME of the driver libraries (what ldconfig links `<lib>.so.<version>` to); default `.so.1`
+SONAME_SUFFIX = {"libnvidia-nvvm": "4", "libnvidia-gpucomp": None}
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
 MODESET_MINOR = 254
@@ -78,19 +80,38 @@ def driver_condition(state):
 
 
 def nvml_gpus(state):
-    """The GPUs NVML enumerates: a board that needs the open modules is absent under proprietary ones."""
+    """The GPUs NVML enumerates (same rule as nvidia-smi's): a board that needs the open modules is
+    absent under the proprietary ones, and a branch older than the board's first branch lacks it."""
     loaded = (state.get("driver") or {}).get("loaded") or {}
     try:
-        from gpusim.catalogue import MODELS
+        from gpusim import catalogue
     except ImportError:  # pragma: no cover
-        MODELS = {}
+        catalogue = None
+    try:
+        branch = int(str(loaded.get("version", "")).split(".")[0])
+    except ValueError:
+        branch = 0
     out = []
     for gpu in state.get("gpus", []):
-        model = MODELS.get(gpu.get("model"), {})
-        if model.get("needs_open_modules") and loaded.get("kernel_modules") == "proprietary":
+        model = {}
+        if catalogue is not None:
+            try:
+                model = catalogue.get(gpu.get("model"))
+            except Exception:  # an unknown model: no restriction
+                model = {}
+        if model.get("needs_open_modules") and loaded.get("kernel_modules", "open") != "open":
+            continue
+        if branch and branch < int(model.get("min_branch", 0) or 0):
             continue
         out.append(gpu)
     return out
+
+
+def soname(filename):
+    """`libcuda.so.580.95.05` -> `libcuda.so.1` (None when the SONAME is the versioned name itself)."""
+    stem = filename.split(".so.")[0]
+    suffix = SONAME_SUFFIX.get(stem, "1")
+    return None if suffix is None else "%s.so.%s" % (stem, suffix)
 
 
 def gpu_minor(gpu):

@@ -5,8 +5,8 @@
   (`root.path`, `process.env`: NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES), then does what
   libnvidia-container's `nvidia-container-cli configure` does for the simulated driver: the driver
   files into the rootfs (nvidia-smi, libnvidia-ml, libcuda + `.so.1` links), the simulator's library
-  and a state copy with only the visible GPUs (re-indexed from 0, their processes folded into
-  `memory_used_mib` as a container sees them), and the device nodes via
+  and a state copy with only the visible GPUs (re-indexed from 0, "container": true so that
+  nvidia-smi lists no processes, as in a real container), and the device nodes via
   `nsenter --target <pid> --mount mknod -m 666 <rootfs>/dev/nvidiaN c 195 N` (a plain mknod from the
   hook's namespace is hidden by runc's /dev tmpfs). A broken driver ends it with the real
   libnvidia-container texts and exit 1, which docker reports as
@@ -142,20 +142,27 @@ def select_gpus(state, devices):
 
 
 def container_state(state, gpus):
-    """The state copy a container gets: only its GPUs, re-indexed from 0; processes not visible."""
+    """The state copy a container gets: only its GPUs, re-indexed from 0 in host order (as NVML in the
+    container enumerates them), `minor` kept (the device node's number), the processes on those GPUs
+    re-pointed at the new indexes, and "container": true (nvidia-smi lists no processes in a container:
+    other PID namespace)."""
     copy_ = copy.deepcopy(state)
-    used = {}
-    for proc in state.get("processes", []):
-        used[proc.get("gpu_index")] = used.get(proc.get("gpu_index"), 0) + int(proc.get("used_mib") or 0)
+    remap = {}
     new = []
     for n, gpu in enumerate(gpus):
         g = copy.deepcopy(gpu)
         g["minor"] = _cdi.gpu_minor(gpu)
-        g["memory_used_mib"] = int(g.get("memory_used_mib") or 0) + used.get(gpu.get("index"), 0)
+        remap[gpu.get("index")] = n
         g["index"] = n
         new.append(g)
+    procs = []
+    for proc in state.get("processes", []):
+        if proc.get("gpu_index") in remap:
+            p = copy.deepcopy(proc)
+            p["gpu_index"] = remap[proc.get("gpu_index")]
+            procs.append(p)
     copy_["gpus"] = new
-    copy_["processes"] = []
+    copy_["processes"] = procs
     copy_["container"] = True
     return copy_
 
@@ -282,8 +289,9 @@ def inject(state, rootfs, env, pid=None, make_node=None, host_root="/", gpusim_s
     for lib in _driver_libs(version, libs, host_root):
         base = os.path.basename(lib)
         done["files"].append(_copy_file(lib, rootfs, CONTAINER_LIB_DIR + "/" + base, 0o755))
-        soname = base.split(".so.")[0] + ".so.1"
-        done["links"].append(_symlink(base, rootfs, CONTAINER_LIB_DIR + "/" + soname))
+        soname = _cdi.soname(base)
+        if soname:
+            done["links"].append(_symlink(base, rootfs, CONTAINER_LIB_DIR + "/" + soname))
 
     make_node = make_node or nsenter_mknod
     nodes = []
@@ -551,8 +559,9 @@ def cdi_hook_main(argv=None, version=None, commit=None, prog="nvidia-cdi-hook", 
             m = _NVIDIA_LIB.match(n)
             if not m:
                 continue
-            link = os.path.join(d, m.group(1) + ".so.1")
-            if not os.path.lexists(link):
+            so = _cdi.soname(n)
+            link = os.path.join(d, so) if so else None
+            if link and not os.path.lexists(link):
                 os.symlink(n, link)
     return 0
 
@@ -600,7 +609,12 @@ def cli_main(argv=None, version=None, commit=None):
         from gpusim.catalogue import MODELS
     except ImportError:  # pragma: no cover
         MODELS = {}
-    lines = ["NVRM version:   %s" % ver, "CUDA version:   %s" % CUDA_BY_BRANCH.get(ver.split(".")[0], "13.0"), ""]
+    try:
+        from gpusim.catalogue import cuda_version
+        cuda = cuda_version(ver)
+    except ImportError:  # pragma: no cover
+        cuda = CUDA_BY_BRANCH.get(ver.split(".")[0], "13.0")
+    lines = ["NVRM version:   %s" % ver, "CUDA version:   %s" % cuda, ""]
     for gpu in gpus:
         model = MODELS.get(gpu.get("model"), {})
         lines += ["Device Index:   %d" % gpu.get("index", 0),
