@@ -293,7 +293,8 @@ def inject(state, rootfs, env, pid=None, make_node=None, host_root="/", gpusim_s
         if soname:
             done["links"].append(_symlink(base, rootfs, CONTAINER_LIB_DIR + "/" + soname))
 
-    make_node = make_node or nsenter_mknod
+    if make_node is None:
+        make_node = nsenter_mknod
     nodes = []
     for gpu in gpus:
         m = _cdi.gpu_minor(gpu)
