@@ -32,6 +32,7 @@ sysdeps:
 harness: sysdeps venv
 	@tests/harness/dockerd.sh start
 	@tests/harness/images.sh
+	@mkdir -p .cache/apt/bookworm/partial .cache/apt/trixie/partial
 
 lint: venv
 	$(VENV)/bin/python -m pytest -q tests/lint
