@@ -76,6 +76,10 @@ _LSPCI = re.compile(
     r"^(?P<addr>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+"
     r"(?P<cls>.*?)\s*\[(?P<code>[0-9a-fA-F]{4})\]:\s*(?P<desc>.*?)\s*"
     r"\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\](?P<rest>.*)$")
+# `lspci -n` (numeric only): "00:04.0 0302: 10de:20b0 (rev a1)"
+_LSPCI_NUMERIC = re.compile(
+    r"^(?P<addr>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<code>[0-9a-fA-F]{4}):\s+"
+    r"(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})(?P<rest>.*)$")
 _REV = re.compile(r"\(rev ([0-9a-fA-F]+)\)")
 _KERNEL_LINE = re.compile(r"^\s+Kernel (driver in use|modules):\s*(.*?)\s*$")
 
@@ -113,15 +117,17 @@ def _pci_device(address, class_name, class_code, vendor_id, device_id, descripti
 
 
 def parse_lspci(data):
-    """`lspci -nn` (with or without -D/-k) -> list of PCI device dicts (every device)."""
+    """`lspci -nn` or `lspci -n` (with or without -D/-k) -> list of PCI device dicts (every device)."""
     devices = []
     for line in _text(data).split("\n"):
         match = _LSPCI.match(line)
-        if match:
-            rev = _REV.search(match.group("rest"))
-            devices.append(_pci_device(match.group("addr"), match.group("cls").strip(),
-                                       match.group("code"), match.group("vendor"),
-                                       match.group("device"), match.group("desc").strip(),
+        numeric = None if match else _LSPCI_NUMERIC.match(line)
+        if match or numeric:
+            found = match or numeric
+            rev = _REV.search(found.group("rest"))
+            devices.append(_pci_device(found.group("addr"), match.group("cls").strip() if match else None,
+                                       found.group("code"), found.group("vendor"), found.group("device"),
+                                       match.group("desc").strip() if match else None,
                                        rev.group(1) if rev else None))
             continue
         kernel = _KERNEL_LINE.match(line)

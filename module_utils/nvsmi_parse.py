@@ -398,8 +398,7 @@ def parse_xml(data):
 # ---------------------------------------------------------------------------------------------
 # -q (text)
 
-_Q_LINE = re.compile(r"^( *)([^:]*?\S)\s+:(?: (.*))?$")
-_Q_HEADER = re.compile(r"^( *)(\S.*?)\s*$")
+_Q_SEPARATOR = re.compile(r"\s:(?= |$)")  # "Key<spaces>: value"; keys never contain " :"
 _Q_GPU = re.compile(r"^GPU (" + _BUS_ID + r")$")
 
 
@@ -440,14 +439,16 @@ def _q_tree(text):
         if not line.strip() or line.strip().startswith("=====") and "NVSMI LOG" in line:
             continue
         line = line.expandtabs(4).rstrip()
-        match = _Q_LINE.match(line)
-        if match:
-            indent, key, value = len(match.group(1)), match.group(2).strip(), (match.group(3) or "")
+        body = line.lstrip(" ")
+        indent = len(line) - len(body)
+        # Linear split (a regex with two free-width parts backtracks badly on long lines).
+        sep = _Q_SEPARATOR.search(body)
+        if sep and body[:sep.start()].strip():
+            key, value = body[:sep.start()].strip(), body[sep.end():].strip()
         else:
-            match = _Q_HEADER.match(line)
-            if not match:
-                continue
-            indent, key, value = len(match.group(1)), match.group(2).strip(), None
+            key, value = body.strip(), None
+        if not key:
+            continue
         node = _QNode(key, value, indent)
         while len(stack) > 1 and stack[-1].indent >= indent:
             stack.pop()
@@ -993,14 +994,14 @@ def parse_list(data):
     return result
 
 
-_VERSION_LINE = re.compile(r"^\s*(NVIDIA-SMI|NVML|DRIVER|CUDA|KMD|CUDA UMD) version\s*:\s*(.*?)\s*$", re.IGNORECASE)
+_VERSION_LINE = re.compile(r"^(NVIDIA-SMI|NVML|DRIVER|CUDA|KMD|CUDA UMD) version\s*:\s*(.*)$", re.IGNORECASE)
 
 
 def parse_version(data):
     """`nvidia-smi --version` -> raw facts dict (driver facts only, no GPU list)."""
     values = {}
     for line in clean_text(data).split("\n"):
-        match = _VERSION_LINE.match(line)
+        match = _VERSION_LINE.match(line.strip())
         if match:
             values[match.group(1).upper()] = _strip_deprecation(match.group(2))
     if "NVIDIA-SMI" not in values:
@@ -1098,11 +1099,11 @@ def detect_form(data):
         return "csv_query_gpu" if _headerless_fields(first) == GPU_QUERY_FIELDS else "csv_compute_apps"
     if re.search(r"^GPU \d+: .*\(UUID: ", text, re.M):
         return "list"
-    if re.search(r"^\s*NVIDIA-SMI version\s*:", text, re.M | re.I):
+    if re.search(r"^[ \t]*NVIDIA-SMI version\s*:", head, re.M | re.I):
         return "version"
     if classify_error(text) is not None:
         return "error"
-    if re.search(r"^\s*Clocks (?:Event|Throttle) Reasons\s*$", text, re.M):
+    if re.search(r"^[ \t]*Clocks (?:Event|Throttle) Reasons[ \t]*$", text, re.M):
         return "q"  # an excerpt: parse_q refuses it with a clear reason
     return None
 
