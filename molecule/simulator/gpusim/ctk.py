@@ -722,9 +722,12 @@ def _containerd_load(path):
         raise CtkError("failed to load config: %s" % exc)
 
 
-def configure_containerd(o, log, stdout):
+def configure_containerd(o, log, stdout, toolkit_version=DEFAULT_VERSION):
+    """1.18+: the NVIDIA runtime goes into a drop-in file and the top-level config gets an `imports` line;
+    before 1.18 (no --drop-in-config) the top-level config itself is rewritten."""
     top_path = o["config"]
     dropin = o["drop-in-config"]
+    legacy = _cdi.version_tuple(toolkit_version) < (1, 18, 0)
     try:
         source = _containerd_load(top_path)
         if not source:
@@ -749,7 +752,9 @@ def configure_containerd(o, log, stdout):
     top = copy.deepcopy(source)
     dest = {}
     cri = _get_path(source, ["plugins", plugin])
-    if isinstance(cri, dict):
+    if legacy:
+        dest = copy.deepcopy(source)
+    elif isinstance(cri, dict):
         _set_path(dest, ["plugins", plugin], copy.deepcopy(cri))
 
     # engine.Config.AddRuntime: options from the source's default runtime, runc or crun
@@ -784,6 +789,16 @@ def configure_containerd(o, log, stdout):
     if o["cdi.enabled"]:
         _set_path(dest, ["plugins", plugin, "enable_cdi"], True)
 
+    if legacy:
+        out_path = "" if o["dry-run"] else top_path
+        try:
+            n = raw_write(out_path, toml_dumps(dest), stdout)
+        except CtkError as exc:
+            raise CtkError("unable to flush config: %s" % exc)
+        if out_path:
+            log.info(("Removed empty config from %s" if n == 0 else "Wrote updated config to %s") % out_path)
+            log.info("It is recommended that containerd daemon be restarted.")
+        return
     out_path = "" if o["dry-run"] else dropin
     try:
         if out_path == "":
@@ -837,8 +852,11 @@ RUNTIME_CONFIGURE_FLAGS = {
 }
 
 
-def cmd_runtime_configure(args, log, stdout, env):
-    o = parse_flags(args, RUNTIME_CONFIGURE_FLAGS, {
+def cmd_runtime_configure(args, log, stdout, env, toolkit_version=DEFAULT_VERSION):
+    flags = dict(RUNTIME_CONFIGURE_FLAGS)
+    if _cdi.version_tuple(toolkit_version) < (1, 18, 0):
+        del flags["drop-in-config"]          # added in 1.18.0
+    o = parse_flags(args, flags, {
         "dry-run": False, "runtime": "docker", "config": "", "drop-in-config": RUNTIME_SPECIFIC_DEFAULT,
         "executable-path": "", "config-mode": "", "config-source": "file", "oci-hook-path": "",
         "nvidia-runtime-name": "nvidia", "nvidia-runtime-path": "nvidia-container-runtime",
@@ -883,7 +901,7 @@ def cmd_runtime_configure(args, log, stdout, env):
     if rt == "docker":
         configure_docker(o, log, stdout)
     elif rt == "containerd":
-        configure_containerd(o, log, stdout)
+        configure_containerd(o, log, stdout, toolkit_version)
     else:
         raise CtkError("unable to load config for runtime crio: the simulated nvidia-ctk does not "
                        "configure cri-o")
@@ -1367,7 +1385,7 @@ def main(argv=None, version=None, commit=None, stdout=None, stderr=None, env=Non
         if cmd == "runtime":
             if not rest or rest[0] != "configure":
                 raise CtkError("the simulated nvidia-ctk implements only `runtime configure`")
-            return cmd_runtime_configure(rest[1:], log, stdout, env)
+            return cmd_runtime_configure(rest[1:], log, stdout, env, version)
         if cmd == "cdi":
             if rest and rest[0] == "generate":
                 return cmd_cdi_generate(rest[1:], log, stdout, env, version)

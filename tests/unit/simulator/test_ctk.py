@@ -330,7 +330,7 @@ def test_containerd_dropin_and_imports_are_corpus(tmp_path):
 
 def test_containerd_default_paths(monkeypatch):
     seen = {}
-    monkeypatch.setattr(ctk, "configure_containerd", lambda o, log, stdout: seen.update(o))
+    monkeypatch.setattr(ctk, "configure_containerd", lambda o, *a: seen.update(o))
     assert run(["runtime", "configure", "--runtime=containerd"])[0] == 0
     assert seen["config"] == "/etc/containerd/config.toml"
     assert seen["drop-in-config"] == "/etc/containerd/conf.d/99-nvidia.toml"
@@ -619,3 +619,14 @@ def test_config_in_place_writes_the_default_config(tmp_path):
 def test_unknown_flag_is_an_error():
     rc, _o, err = run(["runtime", "configure", "--bogus"])
     assert rc == 1 and untimed(err)[-1] == 'level=error msg="flag provided but not defined: -bogus"'
+
+
+def test_containerd_before_1_18_rewrites_the_top_level_config(tmp_path):
+    top = tmp_path / "config.toml"
+    rc, _out, err = run(["runtime", "configure", "--runtime=containerd", "--config=%s" % top], version="1.17.8")
+    assert rc == 0
+    assert read(top) == fixture("containerd_configure_99-nvidia.toml")       # the same tree, in the main file
+    assert untimed(err)[-2] == 'level=info msg="Wrote updated config to %s"' % top
+    rc, _out, err = run(["runtime", "configure", "--runtime=containerd", "--drop-in-config=/x.toml"],
+                        version="1.17.8")
+    assert rc == 1 and untimed(err)[-1] == 'level=error msg="flag provided but not defined: -drop-in-config"'
