@@ -33,6 +33,8 @@ harness: sysdeps venv
 	@tests/harness/dockerd.sh start
 	@tests/harness/images.sh
 	@mkdir -p .cache/apt/bookworm/partial .cache/apt/trixie/partial
+	@tests/harness/testimage.sh
+	@tests/harness/simrepo.sh start
 
 lint: venv
 	$(VENV)/bin/python -m pytest -q tests/lint
@@ -56,4 +58,5 @@ bench: venv
 
 clean:
 	-@tests/harness/cleanup.sh
+	-@tests/harness/simrepo.sh stop
 	-@tests/harness/dockerd.sh stop
