@@ -225,12 +225,13 @@ class Smi:
         return "".join("GPU %d: %s (UUID: %s)\n" % (v["index"], v["name"], v["uuid"]) for v in views)
 
     # ----- -q ---------------------------------------------------------------------------------
-    def _subst(self, v):
+    def _subst(self, v, xml=False):
         m = v["model"]
+        esc = escape if xml else (lambda t: t)
         on = lambda flag: "Enabled" if flag else "Disabled"  # noqa: E731
         act = lambda r: "Active" if r in v["reasons"] else "Not Active"  # noqa: E731
         d = {
-            "pci_bus_id": v["pci_bus_id"], "name": escape(v["name"]), "brand": v["brand"],
+            "pci_bus_id": v["pci_bus_id"], "name": esc(v["name"]), "brand": v["brand"],
             "architecture": v["architecture"], "display_attached": "No",
             "persistence_mode": on(v["persistence"]), "addressing_mode": v["addressing_mode"],
             "mig_current": on(v["mig"]) if v["mig_capable"] else "N/A",
@@ -329,7 +330,7 @@ class Smi:
                  "\t<cuda_version>%s</cuda_version>" % self.cuda,
                  "\t<attached_gpus>%d</attached_gpus>" % len(self.driven_gpus())]
         for v in views:
-            d = self._subst(v)
+            d = self._subst(v, xml=True)
             d["supported_clocks"] = self._xml_supported_clocks(v)
             d["processes"] = self._xml_processes(v)
             parts.append(tmpl.substitute(d).rstrip("\n"))
