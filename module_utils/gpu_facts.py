@@ -150,7 +150,6 @@ def smi_facts_from_attempts(attempts):
     failure = None
     xml = next((a for a in attempts if a["kind"] == "xml"), None)
     if xml is not None:
-        both = xml["stdout"] + "\n" + xml["stderr"]
         if xml["rc"] == TIMEOUT_RC:
             return None, "nvidia-smi -q -x timed out (a hung GPU or driver)"
         if "<nvidia_smi_log" in xml["stdout"]:
@@ -158,9 +157,10 @@ def smi_facts_from_attempts(attempts):
                 return normalise(parse_xml(xml["stdout"])), None
             except ParseError as exc:
                 failure = "nvidia-smi -q -x: %s" % exc
-        elif classify_error(both):
-            return normalise(parse_error(both)), None
         else:
+            both = xml["stdout"] + "\n" + xml["stderr"]  # small: an error text, not a document
+            if classify_error(both):
+                return normalise(parse_error(both)), None
             failure = "nvidia-smi -q -x exited %s: %s" % (xml["rc"], _first_line(both) or "no output")
     gpu = next((a for a in attempts if a["kind"] == "csv_gpu" and a["rc"] == 0), None)
     if gpu is not None:
