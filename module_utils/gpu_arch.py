@@ -50,7 +50,9 @@ _ROWS = (
          device_ids=("2bb5",), name_patterns=(r"RTX PRO 6000 Blackwell Server", r"RTX PRO 6000 Blackwell DC")),
     dict(family="RTX PRO Blackwell", architecture="Blackwell",
          compute_capability="12.0", min_driver_branch=570, open_kernel_modules_required=True,
-         device_ids=(), name_patterns=(r"RTX PRO \d{4}\b.*Blackwell",)),
+         # The RTX PRO brand started with Blackwell; the bare pattern also catches the table's
+         # truncated "NVIDIA RTX PRO 6000 Blac...".
+         device_ids=(), name_patterns=(r"RTX PRO \d{4}\b.*Blackwell", r"\bRTX PRO \d{4}\b")),
     dict(family="GeForce RTX 50 series", architecture="Blackwell",
          compute_capability="12.0", min_driver_branch=570, open_kernel_modules_required=True,
          device_ids=(), name_patterns=(r"GeForce RTX 50\d0",)),

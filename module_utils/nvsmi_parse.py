@@ -33,7 +33,7 @@ class TruncatedInput(ParseError):
 STATES = ("ok", "no_gpu", "no_driver", "driver_not_loaded", "version_mismatch", "error")
 
 FORMS = ("xml", "q", "table", "csv_query_gpu", "csv_compute_apps", "list", "version", "error",
-         "dmon", "pmon")
+         "dmon", "pmon", "csv_headerless")
 
 # Field lists the module asks for in its CSV fallback; the CLI recognises headerless CSV
 # only when it has exactly these columns.
@@ -1136,9 +1136,17 @@ def detect_form(data):
         return "version"
     if classify_error(text) is not None:
         return "error"
+    if _looks_like_headerless_csv(text):
+        return "csv_headerless"
     if re.search(r"^[ \t]*Clocks (?:Event|Throttle) Reasons[ \t]*$", text, re.M):
         return "q"  # an excerpt: parse_q refuses it with a clear reason
     return None
+
+
+def _looks_like_headerless_csv(text):
+    lines = [line for line in text.split("\n") if line.strip()][:20]
+    commas = set(line.count(",") for line in lines)
+    return bool(lines) and len(commas) == 1 and commas.pop() >= 1
 
 
 def _headerless_fields(first_line):
@@ -1169,6 +1177,9 @@ def parse_output(data):
     form = detect_form(text)
     if form is None:
         raise ParseError("not a recognised nvidia-smi output")
+    if form == "csv_headerless":
+        raise UnsupportedForm("CSV without a header line and not the module's field list: the columns "
+                              "are unknown (capture with --format=csv, without noheader)")
     if form in ("dmon", "pmon"):
         raise UnsupportedForm("nvidia-smi %s output is a sampled time series without device "
                               "identities; capture 'nvidia-smi -q -x' for facts" % form)

@@ -207,3 +207,18 @@ def test_pci_helpers():
     assert n.pci_address("00000000:AB:00.0") == "0000:ab:00.0"
     assert n.pci_address("0000:00:03.0") == "0000:00:03.0"
     assert n.pci_address("garbage") is None
+
+
+def test_headerless_csv_with_unknown_columns_is_refused_with_a_reason():
+    with pytest.raises(n.UnsupportedForm) as info:
+        n.facts_from_output("4242, vllm, 1234\n4243, python3, 10\n")
+    assert "without a header" in str(info.value)
+
+
+def test_truncated_table_name_still_gets_its_architecture():
+    # the default table cuts long names: "NVIDIA RTX PRO 6000 Blac..."
+    text = load("001_table_570.133.20_2xH100_no-processes.txt").replace(
+        "NVIDIA H100 80GB HBM3     ", "NVIDIA RTX PRO 6000 Blac...", 1)
+    gpu = n.facts_from_output(text)["gpus"][0]
+    assert gpu["name"] == "NVIDIA RTX PRO 6000 Blac..."
+    assert (gpu["architecture"], gpu["compute_capability"]) == ("Blackwell", "12.0")
