@@ -187,15 +187,15 @@ class ModuleIO(HostIO):
         return os.path.exists(path)
 
 
+ARGUMENT_SPEC = dict(
+    nvidia_smi_path=dict(type="path"),
+    proc_version_path=dict(type="path", default="/proc/driver/nvidia/version"),
+    timeout=dict(type="int", default=30),
+)
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            nvidia_smi_path=dict(type="path"),
-            proc_version_path=dict(type="path", default="/proc/driver/nvidia/version"),
-            timeout=dict(type="int", default=30),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     if module.params["timeout"] <= 0:
         module.fail_json(msg="timeout must be a positive number of seconds, got %d" % module.params["timeout"])
     io = ModuleIO(module, module.params["timeout"])

@@ -408,3 +408,20 @@ def test_ansible_adhoc_on_this_host(tmp_path):
     assert facts["state"] in STATES
     if _host_has_no_nvidia():
         assert facts["state"] == "no_gpu"
+
+
+def test_documentation_matches_the_argument_spec():
+    pytest.importorskip("ansible")
+    yaml = pytest.importorskip("yaml")
+    import nvidia_gpu_facts as module
+
+    doc = yaml.safe_load(module.DOCUMENTATION)
+    assert doc["module"] == "nvidia_gpu_facts"
+    options = doc["options"]
+    assert set(options) == set(module.ARGUMENT_SPEC)
+    for name, spec in module.ARGUMENT_SPEC.items():
+        assert options[name]["type"] == spec["type"], name
+        assert options[name].get("default") == spec.get("default"), name
+    yaml.safe_load(module.EXAMPLES)
+    returned = yaml.safe_load(module.RETURN)["ansible_facts"]["contains"]["nvidia"]["contains"]
+    assert set(returned) == set(gf.FACT_KEYS)
