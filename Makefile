@@ -7,7 +7,10 @@ VENV := .venv
 PYTHON ?= python3
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/bin:$(PATH)
 # Every docker command of the harness talks to its own daemon, never the machine's.
-export DOCKER_HOST := unix:///run/gpuhost-harness/docker.sock
+# HARNESS_RUN/HARNESS_ROOT pick another private daemon (e.g. a second checkout's CI run beside yours).
+export HARNESS_RUN ?= /run/gpuhost-harness
+export HARNESS_ROOT ?= /var/lib/gpuhost-harness
+export DOCKER_HOST := unix://$(HARNESS_RUN)/docker.sock
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 

@@ -8,8 +8,13 @@ set -euo pipefail
 OUT="$CACHE_DIR/simrepo"
 PIDFILE="$HARNESS_RUN/simrepo.pid"
 PORTFILE="$HARNESS_RUN/simrepo.port"
+DIRFILE="$HARNESS_RUN/simrepo.dir"
 
-serving() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null && [ -f "$PORTFILE" ]; }
+# Serving, and serving this checkout's repo (another clone's repo has another signing key).
+serving() {
+  [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null && [ -f "$PORTFILE" ] \
+    && [ "$(cat "$DIRFILE" 2>/dev/null)" = "$OUT" ]
+}
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
@@ -20,6 +25,7 @@ start() {
   if serving; then
     port="$(cat "$PORTFILE")"
   else
+    stop
     port="$(free_port)"
   fi
   python3 "$REPO_ROOT/molecule/simulator/packages/build_repo.py" --out "$OUT" --base-url "http://127.0.0.1:$port" >&2
@@ -27,6 +33,7 @@ start() {
   nohup python3 -m http.server --bind 127.0.0.1 --directory "$OUT" "$port" >"$HARNESS_RUN/simrepo.log" 2>&1 &
   echo $! > "$PIDFILE"
   echo "$port" > "$PORTFILE"
+  echo "$OUT" > "$DIRFILE"
   for _ in $(seq 1 40); do
     if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/', timeout=1)" 2>/dev/null; then
       log "simulated repo served at http://127.0.0.1:$port"; return 0
@@ -37,7 +44,7 @@ start() {
 }
 
 stop() {
-  if [ -f "$PIDFILE" ]; then kill "$(cat "$PIDFILE")" 2>/dev/null || true; rm -f "$PIDFILE" "$PORTFILE"; fi
+  if [ -f "$PIDFILE" ]; then kill "$(cat "$PIDFILE")" 2>/dev/null || true; fi; rm -f "$PIDFILE" "$PORTFILE" "$DIRFILE"
 }
 
 case "${1:-}" in
