@@ -755,6 +755,7 @@ def serve(engine, sock):
     server.socket.close()
     server.socket = sock
     server.daemon_threads = True
+    engine.stop = server.shutdown
 
     def stop(signum, frame):
         engine.log.uvicorn("Shutting down")

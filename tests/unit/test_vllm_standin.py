@@ -1,0 +1,369 @@
+"""The vLLM stand-in of the `vllm` scenario: its startup log, read by the product's own parser
+(module_utils/vllm_log.py), must say what vLLM would say - the stages, the failure kinds and
+stages, and KV figures equal to the memory plan's (module_utils/vllm_plan.py) for the same
+arguments; its line shapes must be the current vLLM's (corpus 001, v0.25.1); and its API must
+answer the role's check module (roles/vllm/library/vllm_api_check.py)."""
+import io
+import json
+import os
+import re
+import sys
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import FIXTURES, ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "molecule", "vllm_standin"))
+sys.path.insert(0, os.path.join(ROOT, "roles", "vllm", "library"))
+
+import make_model  # noqa: E402
+import safetensors_header as sth  # noqa: E402
+import server  # noqa: E402
+import vllm_api_check  # noqa: E402
+import vllm_log  # noqa: E402
+import vllm_plan as vp  # noqa: E402
+
+H100 = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "total_mib": 81559, "used_mib": 0,
+        "free_mib": 81559 - 479, "compute_cap": "9.0"}
+L4 = {"index": 0, "name": "NVIDIA L4", "total_mib": 23034, "used_mib": 0, "free_mib": 23034 - 434,
+      "compute_cap": "8.9"}
+DOCKER_DEFAULT_SHM = 64 * 1000 * 1000  # docker's default --shm-size (64m)
+
+
+class FakeHost(server.Host):
+    def __init__(self, gpus=(H100,), shm=16 * 1024 ** 3, cache=None):
+        server.Host.__init__(self, env={})
+        self._gpus = [dict(g, index=i) for i, g in enumerate(gpus)]
+        self._shm = shm
+        self._cache = cache
+
+    def gpus(self):
+        return self._gpus or None
+
+    def shm_free_bytes(self):
+        return self._shm
+
+    def ram_gib(self):
+        return 120.0
+
+    def cache_root(self):
+        return self._cache
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    for key in make_model.MODELS:
+        make_model.write_model(str(root), key)
+    return str(root)
+
+
+def run(argv, host=None, env=None, tmp_cache=None):
+    """(exit status, log text, report) of one start; no socket, no sleeping."""
+    out = io.StringIO()
+    host = host or FakeHost()
+    if host._cache is None:
+        host._cache = tmp_cache or "/nonexistent/vllm-cache"
+    try:
+        server.start(argv, env=env or {}, host=host, out=out, err=out, sleep=lambda s: None, bind=False)
+        code = 0
+    except server.StartFailure as failure:
+        code = failure.code
+    text = out.getvalue()
+    return code, text, vllm_log.parse(text)
+
+
+def fp8_args(models, *extra):
+    return [os.path.join(models, "Qwen3-32B-FP8"), "--served-model-name", "qwen3-32b", "--max-model-len", "32768",
+            "--gpu-memory-utilization", "0.92", "--host", "127.0.0.1", "--port", "18000"] + list(extra)
+
+
+def plan_for(models, name, gpu=H100, **kw):
+    inputs = dict(gpu_memory_mib=gpu["total_mib"], model_dir=os.path.join(models, name))
+    inputs.update(kw)
+    return vp.plan(**inputs)
+
+
+# ------------------------------------------------------------------ synthetic models
+
+def test_model_files_are_headers_only_with_the_real_sizes(models):
+    path = os.path.join(models, "Qwen3-32B", "model.safetensors")
+    assert os.path.getsize(path) < 1024 * 1024
+    found = sth.checkpoint_weight_bytes(os.path.dirname(path))
+    params = found["bytes"] / 2
+    assert 32.7e9 < params < 32.9e9  # Qwen3-32B: 32.8B parameters in BF16
+    assert found["by_dtype"] == {"BF16": found["bytes"]}
+    fp8 = sth.checkpoint_weight_bytes(os.path.join(models, "Qwen3-32B-FP8"))
+    assert set(fp8["by_dtype"]) == {"F8_E4M3", "F32", "BF16"}
+    assert 0.5 < fp8["bytes"] / float(found["bytes"]) < 0.54  # linear layers at one byte, embeddings kept
+    header = sth.read_header(path)
+    ends = sorted(e["data_offsets"] for k, e in header.items() if k != "__metadata__")
+    assert ends[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ends, ends[1:]))
+
+
+# ------------------------------------------------------------------ a good start
+
+def test_fp8_start_reports_the_plans_figures(models):
+    code, text, report = run(fp8_args(models))
+    plan = plan_for(models, "Qwen3-32B-FP8", gpu_memory_utilization=0.92, max_model_len=32768)
+    assert code == 0
+    assert report["started"] and report["failure"] is None and report["warnings"] == []
+    assert report["stages"] == list(vllm_log.STAGES)
+    assert report["kv_cache_tokens"] == plan["kv_cache_tokens"] == 154608
+    assert report["max_concurrency"] == plan["max_concurrency"] == 4.72
+    assert report["weights_gib"] == pytest.approx(plan["weights_gib"], abs=0.005)
+    assert report["kv_cache_gib"] == pytest.approx(plan["kv_cache_gib"], abs=0.005)
+    assert report["max_model_len"] == 32768 and report["gpu_memory_utilization"] == 0.92
+    assert report["vllm_version"] == server.VLLM_VERSION and report["mode"] == "server"
+    assert report["api_url"] == "http://127.0.0.1:18000"
+    assert report["runs"] == 1
+
+
+def test_measured_figures_move_the_log_off_the_plan(models):
+    """What profiling 'measures' is the stand-in's environment: the seed's measured 0.89 GiB of
+    non-torch memory keeps the FP8 run within 1 %; a large figure does not."""
+    plan = plan_for(models, "Qwen3-32B-FP8", gpu_memory_utilization=0.92, max_model_len=32768)
+    _, _, near = run(fp8_args(models), env={"GPUHOST_STANDIN_NON_TORCH_GIB": "0.89"})
+    assert near["kv_cache_tokens"] != plan["kv_cache_tokens"]
+    assert abs(near["kv_cache_tokens"] - plan["kv_cache_tokens"]) / float(plan["kv_cache_tokens"]) < 0.01
+    _, _, far = run(fp8_args(models), env={"GPUHOST_STANDIN_ACTIVATION_GIB": "8"})
+    assert (plan["kv_cache_tokens"] - far["kv_cache_tokens"]) / float(plan["kv_cache_tokens"]) > 0.1
+    assert far["max_concurrency"] < plan["max_concurrency"]
+
+
+def test_line_shapes_are_the_current_vllms(models):
+    """Each stage line the report reads has the shape of v0.25.1's (corpus 001), prefix included."""
+    _, text, _ = run(fp8_args(models))
+    with open(os.path.join(FIXTURES, "vllm_logs", "001_v0.25.1_dgx-spark-gb10_gemma4-int4_ok.log"),
+              encoding="utf-8", newline="") as handle:
+        corpus = handle.read().replace("\r\n", "\n")  # keep tqdm's bare \r, drop a pasted CRLF
+    prefix = r"^\((?:APIServer|EngineCore) pid=\d+\) (?:INFO|WARNING) \d\d-\d\d \d\d:\d\d:\d\d \[[\w.]+:\d+\] "
+    shapes = [
+        r".*\u2588 \u2580\u2584\u2580 \u2588  version \d+\.\d+\.\d+$",
+        r"non-default args: \{'model_tag': '[^']+', 'host': '[^']+', ",
+        r"Initializing a V1 LLM engine \(v[\d.]+\) with config: model='[^']+', ",
+        r"Model loading took \d+\.\d\d GiB memory and \d+\.\d{6} seconds$",
+        r"Available KV cache memory: \d+\.\d\d GiB$",
+        r"GPU KV cache size: [\d,]+ tokens$",
+        r"Maximum concurrency for [\d,]+ tokens per request: \d+\.\d\dx$",
+        r"Graph capturing finished in \d+ secs, took \d+\.\d\d GiB$",
+        r"init engine \(profile, create kv cache, warmup model\) took \d+\.\d\d s \(compilation: \d+\.\d\d s\)$",
+        r"Starting vLLM server on http://[\d.]+:\d+$",
+    ]
+    for shape in shapes:
+        pattern = re.compile(prefix + shape, re.M)
+        assert pattern.search(corpus), shape
+        assert pattern.search(text), shape
+    bar = re.compile(r"^\(EngineCore pid=\d+\) \r?Capturing CUDA graphs \(decode, FULL\): .*100%\|", re.M)
+    assert bar.search(corpus) and bar.search(text)
+    assert re.search(r'^\(APIServer pid=\d+\) INFO:     Application startup complete\.$', text, re.M)
+
+
+def test_compile_cache_makes_the_restart_shorter(models, tmp_path):
+    host = FakeHost(cache=str(tmp_path))
+    _, first, _ = run(fp8_args(models), host=host)
+    _, second, report = run(fp8_args(models), host=host)
+    assert "Compiling a graph for compile range (1, 2048)" in first
+    assert "Directly load the compiled graph(s) for compile range (1, 2048) from the cache" in second
+    assert os.path.isdir(os.path.join(str(tmp_path), "torch_compile_cache")) and report["started"]
+
+
+def test_awq_instances_share_an_l4_at_023(models):
+    argv = [os.path.join(models, "Qwen2.5-3B-Instruct-AWQ"), "--max-model-len", "4096",
+            "--gpu-memory-utilization", "0.23", "--max-num-seqs", "16", "--port", "18001"]
+    code, text, report = run(argv, host=FakeHost(gpus=[L4]))
+    plan = plan_for(models, "Qwen2.5-3B-Instruct-AWQ", gpu=L4, gpu_memory_utilization=0.23, max_model_len=4096,
+                    instances=[{"name": "q%d" % i, "gpu_memory_utilization": 0.23} for i in range(4)])
+    assert code == 0 and plan["verdict"] == "ok"
+    assert "quantization=awq_marlin" in text  # the engine must report the AWQ kernel (domain.md §5)
+    assert report["kv_cache_tokens"] == plan["kv_cache_tokens"]
+    assert report["max_concurrency"] == plan["max_concurrency"]
+
+
+def test_fp8_kv_cache_and_tensor_parallel_follow_the_plan(models):
+    _, _, fp8kv = run(fp8_args(models, "--kv-cache-dtype", "fp8"))
+    plan = plan_for(models, "Qwen3-32B-FP8", gpu_memory_utilization=0.92, max_model_len=32768, kv_cache_dtype="fp8")
+    assert fp8kv["kv_cache_tokens"] == plan["kv_cache_tokens"]
+    _, _, tp2 = run(fp8_args(models, "--tensor-parallel-size", "2"), host=FakeHost(gpus=[H100, H100]))
+    plan2 = plan_for(models, "Qwen3-32B-FP8", gpu_memory_utilization=0.92, max_model_len=32768,
+                     tensor_parallel_size=2)
+    assert tp2["started"] and tp2["kv_cache_tokens"] == plan2["kv_cache_tokens"]
+
+
+def test_on_the_fly_fp8_holds_half_the_linear_weights(models):
+    """`--quantization fp8` on a BF16 checkpoint: vLLM keeps the linear layers at one byte. The plan
+    reads the 16-bit headers and does not halve them, so the log shows more KV than planned."""
+    argv = [os.path.join(models, "Qwen3-32B"), "--max-model-len", "32768", "--quantization", "fp8"]
+    _, _, report = run(argv)
+    plan = plan_for(models, "Qwen3-32B", max_model_len=32768, quantization="fp8")
+    assert 31.0 < report["weights_gib"] < 32.5
+    assert plan["weights_gib"] > 60
+    assert report["kv_cache_tokens"] > plan["kv_cache_tokens"]
+
+
+# ------------------------------------------------------------------ failed starts
+
+def test_docker_default_shm_fails_at_weight_loading(models):
+    """The seed's first attempt (no --ipc/--shm-size): docker's 64 MB /dev/shm."""
+    code, text, report = run(fp8_args(models), host=FakeHost(shm=DOCKER_DEFAULT_SHM))
+    assert code == 1 and not report["started"]
+    failure = report["failure"]
+    assert failure["kind"] == "shm_exhausted" and failure["stage"] == "weights_loaded"
+    assert re.search(r"unable to open shared memory object </torch_\d+_\d+_0> in read-write mode: "
+                     r"No space left on device \(28\)$", failure["message"])
+    assert "Loading safetensors checkpoint shards:   0% Completed" in text
+    assert "GPU KV cache size" not in text
+    assert "Engine core initialization failed" in text
+
+
+def test_tensor_parallel_needs_more_than_docker_default_shm(models):
+    # The 3B AWQ model's largest tensor (the embedding, 622 MB / 2) fits a 1 GiB /dev/shm at TP 1 and 2...
+    small = [os.path.join(models, "Qwen2.5-3B-Instruct-AWQ"), "--max-model-len", "4096"]
+    assert run(small, host=FakeHost(gpus=[L4, L4], shm=1024 ** 3))[2]["started"]
+    assert run(small + ["-tp", "2"], host=FakeHost(gpus=[L4, L4], shm=1024 ** 3))[2]["started"]
+    # ... but TP 2 never fits 64 MB: the workers' broadcast ring alone is 160 MiB.
+    _, _, report = run(small + ["-tp", "2"], host=FakeHost(gpus=[L4, L4], shm=server.TP_SHM_RING_BYTES))
+    assert report["failure"]["kind"] == "shm_exhausted"
+
+
+def test_bf16_at_32k_fails_as_check_enough_kv_cache_memory(models):
+    argv = [os.path.join(models, "Qwen3-32B"), "--max-model-len", "32768"]
+    code, text, report = run(argv)
+    plan = plan_for(models, "Qwen3-32B", max_model_len=32768)
+    assert plan["verdict"] == "refuse" and plan["max_concurrency"] < 1
+    assert code == 1 and report["failure"]["kind"] == "kv_cache_insufficient"
+    assert report["failure"]["stage"] == "kv_cache_allocated"
+    message = report["failure"]["message"]
+    assert message.startswith("ValueError: To serve at least one request with the model's max seq len (32768), "
+                              "(8.00 GiB KV cache is needed, which is larger than the available KV cache memory "
+                              "(%.2f GiB)." % plan["kv_cache_gib"])
+    # Full attention: the longest request that fits is the pool itself.
+    assert "the estimated maximum model length is %d." % plan["kv_cache_tokens"] in message
+    assert "GPU KV cache size" not in text
+
+
+def test_no_room_at_all_is_no_available_memory(models):
+    argv = [os.path.join(models, "Qwen3-32B"), "--gpu-memory-utilization", "0.7"]
+    _, text, report = run(argv)
+    assert "Available KV cache memory: -" in text
+    assert report["failure"]["kind"] == "kv_cache_insufficient"
+    assert "No available memory for the cache blocks" in report["failure"]["message"]
+
+
+def test_memory_held_by_others_fails_at_start(models):
+    busy = dict(H100, used_mib=40000, free_mib=81559 - 479 - 40000)
+    _, _, report = run(fp8_args(models), host=FakeHost(gpus=[busy]))
+    assert report["failure"]["kind"] == "free_memory_below_utilization"
+    assert "Free memory on device cuda:0 (40.12/79.65 GiB) on startup is less than desired GPU memory " \
+           "utilization (0.92, 73.28 GiB)" in report["failure"]["message"]
+
+
+def test_no_gpu_in_the_container(models):
+    code, text, report = run(fp8_args(models), host=FakeHost(gpus=[]))
+    assert code == 1 and not report["started"]
+    assert "Failed to infer device type" in report["failure"]["message"]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--frobnicate"], "vllm serve: error: unrecognized arguments: --frobnicate"),
+    (["--max-model-len", "65536"], "User-specified max_model_len (65536) is greater than the derived"),
+])
+def test_argument_errors(models, argv, needle):
+    code, text, report = run(fp8_args(models)[:1] + argv)
+    assert needle in text
+    assert report["failure"]["kind"] == "argument_error" and not report["started"]
+
+
+def test_model_option_is_accepted_with_vllms_deprecation_warning(models):
+    _, text, report = run(["--model"] + fp8_args(models))
+    assert report["started"] and "instead of via the `--model` option" in text
+
+
+def test_secrets_in_the_environment_never_reach_the_log(models):
+    env = {"HF_TOKEN": "hf_PLANTED_unit", "VLLM_API_KEY": "sk-PLANTED-unit"}
+    _, text, report = run(fp8_args(models), env=env)
+    assert report["started"] and "PLANTED" not in text
+    # vLLM prints a key given on the command line among its non-default args: the role must not.
+    _, text, _ = run(fp8_args(models, "--api-key", "sk-PLANTED-cli"))
+    assert "'api_key': 'sk-PLANTED-cli'" in text
+
+
+# ------------------------------------------------------------------ the API
+
+@pytest.fixture
+def live(models):
+    """A served stand-in on 127.0.0.1 (an ephemeral port); yields (base URL, engine)."""
+    out = io.StringIO()
+    env = {"VLLM_API_KEY": "sk-PLANTED-live", "GPUHOST_STANDIN_FIRST_REQUEST_S": "0.2"}
+    engine, sock = server.start(fp8_args(models)[:-2] + ["--port", "0"], env=env, host=FakeHost(cache="/nonexistent"),
+                                out=out, err=out, sleep=lambda s: None)
+    engine.sleep = lambda s: None
+    thread = threading.Thread(target=server.serve, args=(engine, sock), daemon=True)
+    thread.start()
+    yield "http://127.0.0.1:%d" % engine.port, engine, out
+    server_stop = getattr(engine, "stop", None)
+    if server_stop:
+        server_stop()
+
+
+def _get(url, key=None):
+    request = urllib.request.Request(url, headers={"Authorization": "Bearer " + key} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_health_models_and_auth(live):
+    base, engine, out = live
+    assert _get(base + "/health") == (200, b"")
+    assert _get(base + "/v1/models")[0] == 401
+    status, body = _get(base + "/v1/models", "sk-PLANTED-live")
+    assert status == 200 and [m["id"] for m in json.loads(body)["data"]] == ["qwen3-32b"]
+    assert '"GET /health HTTP/1.1" 200 OK' in out.getvalue()
+    assert "sk-PLANTED-live" not in out.getvalue()
+
+
+def _opener(url, data=None, headers=None, method=None, timeout=None, **_):
+    request = urllib.request.Request(url, data=data, headers=headers or {}, method=method)
+    return urllib.request.urlopen(request, timeout=timeout)
+
+
+def test_api_check_module_warms_up_then_times_one_request(live):
+    base, engine, _ = live
+    ticks = iter(range(1000))
+    params = dict(url=base, served_model_name="qwen3-32b", api_key="sk-PLANTED-live", warmup_requests=3,
+                  warmup_max_tokens=4, max_tokens=32, prompt="hello", timeout=10)
+    result = vllm_api_check.check(params, opener=_opener, clock=lambda: next(ticks))
+    assert result["models"] == ["qwen3-32b"]
+    assert result["warmup"] == {"count": 3, "latencies_s": [1, 1, 1]}
+    assert result["timed"]["latency_s"] == 1 and result["timed"]["completion_tokens"] == 32
+    assert engine.requests == 4  # 3 warm-up + the timed one
+    assert "PLANTED" not in json.dumps(result)
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"served_model_name": "other"}, "not the served name 'other'"),
+    ({"api_key": "wrong"}, "HTTP 401"),
+])
+def test_api_check_module_names_what_is_wrong(live, change, needle):
+    base, _, _ = live
+    params = dict(url=base, served_model_name="qwen3-32b", api_key="sk-PLANTED-live", warmup_requests=0,
+                  warmup_max_tokens=4, max_tokens=4, prompt="hello", timeout=10)
+    params.update(change)
+    with pytest.raises(vllm_api_check.CheckError) as err:
+        vllm_api_check.check(params, opener=_opener)
+    assert needle in str(err.value) and "PLANTED" not in str(err.value)
+
+
+def test_chat_rejects_an_unknown_model_and_an_overlong_request(models):
+    engine = server.Engine(served=["m"], max_model_len=100, requests=0, lock=threading.Lock(), env={},
+                           sleep=lambda s: None, model="/models/m")
+    assert server.chat_reply(engine, {"model": "x", "messages": [{"role": "user", "content": "hi"}]})[0] == 404
+    status, body = server.chat_reply(engine, {"model": "m", "max_tokens": 200,
+                                              "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 400 and "maximum context length is 100 tokens" in body["error"]["message"]
