@@ -1,0 +1,270 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Decide which NVIDIA driver packages a host gets, refuse what cannot work, and say whether to reboot."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: nvidia_driver_plan
+short_description: Choose the NVIDIA driver packages for a host, refuse what cannot drive its GPUs
+description:
+  - Read-only. Chooses the driver branch, kernel module flavour and apt packages for the host's
+    NVIDIA GPUs and compares them with what dpkg has installed; returns the apt specs to install and
+    the action (V(none), V(install), V(upgrade), V(downgrade), V(change)).
+  - Fails, naming the GPU, the branch and the fix, when the request cannot drive the GPUs - a branch
+    below a GPU's minimum, proprietary kernel modules on a GPU that requires the open ones (Blackwell,
+    Grace Hopper), open modules on a GPU without a GSP - before anything is installed.
+  - Ubuntu style - C(nvidia-driver-<branch>-server[-open]) (or the desktop C(nvidia-driver-<branch>[-open]));
+    with O(branch=auto) the recommendation of C(ubuntu-drivers devices) within the flavour.
+    Debian style - C(nvidia-driver) and companions from non-free, the version picking the branch.
+  - With O(gpu_facts) (the C(nvidia) facts of nvidia_gpu_facts) also says whether a reboot is needed
+    (the installed driver is not the loaded kernel module, or NVML reports a version mismatch).
+version_added: "1.0.0"
+author: gpuhost
+options:
+  package_style:
+    description: Packaging of the driver - V(ubuntu) (Ubuntu and derivatives) or V(debian).
+    type: str
+    required: true
+    choices: [ubuntu, debian]
+  flavor:
+    description: Ubuntu package flavour - V(server) (C(-server), headless datacenter branch) or V(desktop).
+    type: str
+    default: server
+    choices: [server, desktop]
+  kernel_modules:
+    description: V(auto) takes the open modules when a GPU requires them, else the proprietary ones.
+    type: str
+    default: auto
+    choices: [auto, open, proprietary]
+  branch:
+    description: Driver branch (V(580)) or V(auto).
+    type: str
+    default: auto
+  version:
+    description: Exact driver version within the branch (V(580.95.05)); empty for the installed or newest one.
+    type: str
+    default: ""
+  upgrade:
+    description: Plan the newest version of the branch instead of keeping the installed one.
+    type: bool
+    default: false
+  pci_devices:
+    description: The C(pci_devices) fact of nvidia_gpu_facts (NVIDIA GPU functions on the PCI bus).
+    type: list
+    elements: dict
+    default: []
+  gpu_facts:
+    description: The C(nvidia) facts of nvidia_gpu_facts, for the reboot decision.
+    type: dict
+  query_host:
+    description: V(false) only checks the request against the GPUs (no command runs).
+    type: bool
+    default: true
+  debian_packages:
+    description: Debian-style packages installed besides the kernel module package.
+    type: list
+    elements: str
+    default: [nvidia-driver, firmware-nvidia-gsp, nvidia-smi, nvidia-persistenced]
+  debian_kernel_packages:
+    description: Debian-style kernel module package per flavour (keys V(open), V(proprietary)).
+    type: dict
+    default: {open: nvidia-open-kernel-dkms, proprietary: nvidia-kernel-dkms}
+  extra_packages:
+    description: More packages of the driver installed, held and upgraded with it.
+    type: list
+    elements: str
+    default: []
+  reboot:
+    description: The role's reboot policy; with V(never) a needed reboot is also reported as a warning.
+    type: str
+    default: auto
+    choices: [auto, never]
+  nvidia_smi_path:
+    description: Path whose owning package tells the installed driver version.
+    type: path
+    default: /usr/bin/nvidia-smi
+notes:
+  - Supports check mode; it never changes the host.
+  - Runs C(dpkg-query), C(apt-cache madison) and, for Ubuntu with O(branch=auto), C(ubuntu-drivers devices).
+"""
+
+EXAMPLES = r"""
+- name: Gather GPU facts
+  nvidia_gpu_facts:
+
+- name: Plan the driver of an Ubuntu host
+  nvidia_driver_plan:
+    package_style: ubuntu
+    branch: auto
+    pci_devices: "{{ ansible_facts.nvidia.pci_devices }}"
+  register: driver_plan
+
+- name: Install it
+  ansible.builtin.apt:
+    name: "{{ driver_plan.install }}"
+  when: driver_plan.action != 'none'
+"""
+
+RETURN = r"""
+branch:
+  description: The driver branch.
+  returned: success
+  type: int
+  sample: 580
+branch_source:
+  description: Where the branch came from.
+  returned: success
+  type: str
+  sample: ubuntu-drivers recommends branch 580
+kernel_modules:
+  description: V(open) or V(proprietary).
+  returned: success
+  type: str
+kernel_modules_reason:
+  description: Why that flavour.
+  returned: success
+  type: str
+packages:
+  description: The packages named to apt, main package first.
+  returned: when query_host
+  type: list
+  elements: str
+  sample: [nvidia-driver-580-server-open]
+install:
+  description: apt specs (C(name=version)) of those packages.
+  returned: when query_host
+  type: list
+  elements: str
+  sample: [nvidia-driver-580-server-open=580.95.05-0ubuntu0.24.04.1]
+version:
+  description: Upstream driver version planned.
+  returned: when query_host
+  type: str
+  sample: 580.95.05
+action:
+  description: V(none), V(install), V(upgrade), V(downgrade) or V(change) (another branch or module flavour).
+  returned: when query_host
+  type: str
+installed:
+  description: The installed driver - C(package) (ships nvidia-smi), C(version), C(upstream), C(branch),
+    C(kernel_modules), C(packages) (installed packages of that driver, what the role holds), C(held).
+  returned: when query_host
+  type: dict
+verify_errors:
+  description: How the installed driver differs from the plan (a transitional package pulling another branch).
+  returned: when query_host
+  type: list
+  elements: str
+reboot:
+  description: C(required), C(reason), C(installed), C(loaded) (kernel module version).
+  returned: when gpu_facts is given
+  type: dict
+unattended_upgrades:
+  description: Whether the unattended-upgrades package is installed.
+  returned: when query_host
+  type: bool
+gpus:
+  description: The GPUs with their architecture, minimum branch and open-module requirement.
+  returned: success
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+try:
+    from ansible.module_utils.driver_choice import (
+        DriverChoiceError, gpu_summary, parse_dpkg_query, parse_dpkg_search, parse_madison, plan, precheck,
+        reboot_decision, verify_installed)
+except ImportError:  # unit tests put module_utils/ on sys.path
+    from driver_choice import (
+        DriverChoiceError, gpu_summary, parse_dpkg_query, parse_dpkg_search, parse_madison, plan, precheck,
+        reboot_decision, verify_installed)
+
+_C = {"LC_ALL": "C", "LANG": "C"}
+
+
+class HostQuery(object):
+    """The commands plan() may ask for, run through the AnsibleModule (read-only)."""
+
+    def __init__(self, module):
+        self.module = module
+        self._dpkg = None
+
+    def _run(self, argv, ok=(0,)):
+        rc, out, err = self.module.run_command(argv, check_rc=False, environ_update=_C)
+        if rc not in ok:
+            self.module.fail_json(msg="%s exited %d: %s" % (" ".join(argv), rc, (err or out).strip()[:500]))
+        return rc, out
+
+    def dpkg(self):
+        if self._dpkg is None:
+            query = self.module.get_bin_path("dpkg-query", required=True)
+            self._dpkg = parse_dpkg_query(self._run(
+                [query, "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"])[1])
+        return self._dpkg
+
+    def smi_owner(self):
+        query = self.module.get_bin_path("dpkg-query", required=True)
+        rc, out = self._run([query, "-S", self.module.params["nvidia_smi_path"]], ok=(0, 1))
+        return parse_dpkg_search(out) if rc == 0 else None
+
+    def madison(self, packages):
+        cache = self.module.get_bin_path("apt-cache", required=True)
+        return parse_madison(self._run([cache, "madison"] + list(packages), ok=(0, 100))[1])
+
+    def ubuntu_drivers(self):
+        tool = self.module.get_bin_path("ubuntu-drivers")
+        if not tool:
+            return None
+        return self._run([tool, "devices"])[1]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            package_style=dict(type="str", required=True, choices=["ubuntu", "debian"]),
+            flavor=dict(type="str", default="server", choices=["server", "desktop"]),
+            kernel_modules=dict(type="str", default="auto", choices=["auto", "open", "proprietary"]),
+            branch=dict(type="str", default="auto"),
+            version=dict(type="str", default=""),
+            upgrade=dict(type="bool", default=False),
+            pci_devices=dict(type="list", elements="dict", default=[]),
+            gpu_facts=dict(type="dict"),
+            query_host=dict(type="bool", default=True),
+            debian_packages=dict(type="list", elements="str",
+                                 default=["nvidia-driver", "firmware-nvidia-gsp", "nvidia-smi", "nvidia-persistenced"]),
+            debian_kernel_packages=dict(type="dict", default={"open": "nvidia-open-kernel-dkms",
+                                                              "proprietary": "nvidia-kernel-dkms"}),
+            extra_packages=dict(type="list", elements="str", default=[]),
+            reboot=dict(type="str", default="auto", choices=["auto", "never"]),
+            nvidia_smi_path=dict(type="path", default="/usr/bin/nvidia-smi"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    request = {"style": p["package_style"], "flavor": p["flavor"], "kernel_modules": p["kernel_modules"],
+               "branch": p["branch"], "version": p["version"] or "", "upgrade": p["upgrade"],
+               "debian_packages": p["debian_packages"], "debian_kernel_packages": p["debian_kernel_packages"],
+               "extra_packages": p["extra_packages"]}
+    gpus = gpu_summary(p["pci_devices"])
+    try:
+        if not p["query_host"]:
+            module.exit_json(changed=False, gpus=gpus, **precheck(request, gpus))
+        result = plan(request, gpus, HostQuery(module))
+    except DriverChoiceError as exc:
+        module.fail_json(msg="nvidia_driver: %s" % exc, gpus=gpus)
+    installed = result["installed"]
+    result["verify_errors"] = verify_installed(result, installed) if result["action"] == "none" else []
+    if p["gpu_facts"] is not None:
+        result["reboot"] = reboot_decision(installed["upstream"], installed["kernel_modules"], p["gpu_facts"])
+        if result["reboot"]["required"] and p["reboot"] == "never":
+            module.warn("reboot required on this host: %s (nvidia_driver_reboot: never)" % result["reboot"]["reason"])
+    module.exit_json(changed=False, gpus=gpus, **result)
+
+
+if __name__ == "__main__":
+    main()

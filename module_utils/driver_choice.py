@@ -1,0 +1,580 @@
+# -*- coding: utf-8 -*-
+"""Which NVIDIA driver a host gets, and whether it may have it: the nvidia_driver role's decisions.
+
+Pure stdlib, no Ansible imports. Host evidence comes in as text (``apt-cache madison``,
+``dpkg-query -W``, ``dpkg-query -S``, ``ubuntu-drivers devices``) or as the PCI devices of
+nvidia_gpu_facts; everything here is a function of that input, so it is unit-tested on captured
+outputs. The module library/nvidia_driver_plan.py is the thin shell that runs the commands.
+
+    gpus = gpu_summary(pci_devices)                 # architecture facts per GPU
+    pre = precheck(request, gpus)                   # refusals that need no host query
+    result = plan(request, gpus, io)                # packages, versions, action (io: HostQuery)
+    reboot = reboot_decision(installed, gpu_facts)  # installed vs loaded driver
+"""
+import re
+from functools import cmp_to_key
+
+try:
+    from ansible.module_utils.gpu_arch import lookup as arch_lookup
+    from ansible.module_utils.host_parse import (
+        HostParseError, package_traits, parse_ubuntu_drivers_devices)
+except ImportError:
+    from gpu_arch import lookup as arch_lookup
+    from host_parse import HostParseError, package_traits, parse_ubuntu_drivers_devices
+
+
+class DriverChoiceError(ValueError):
+    """The request cannot be served on this host; the message names the GPU, the branch and the fix."""
+
+
+STYLES = ("ubuntu", "debian")
+FLAVORS = ("server", "desktop")
+KERNEL_MODULES = ("auto", "open", "proprietary")
+# Binary packages built from NVIDIA's driver sources: Ubuntu nvidia-*/libnvidia-*/linux-*-nvidia-*,
+# xserver-xorg-video-nvidia-*; Debian also libcuda1, libnvcuvid1, libnvoptix1, ...
+DRIVER_PACKAGE = re.compile(r"nvidia|^libcuda|^libnv")
+# Ubuntu's prebuilt kernel modules carry the kernel's version, not the driver's.
+_UBUNTU_KMOD = re.compile(r"^linux-(?:modules|objects|signatures)-nvidia-(\d+)(-server)?(-open)?-")
+_BRANCH = re.compile(r"^\d{3,4}$")
+_DRIVER_VERSION = re.compile(r"^\d{3,4}(?:\.\d+){1,3}$")
+
+
+# ---------------------------------------------------------------------------------------------
+# Debian versions
+
+
+def _order(char):
+    if char == "~":
+        return -1
+    if char.isdigit() or char == "":
+        return 0
+    if char.isalpha():
+        return ord(char)
+    return ord(char) + 256
+
+
+def _verrevcmp(left, right):
+    """dpkg's verrevcmp(): alternating non-digit (lexical, '~' first) and digit (numeric) runs."""
+    i = j = 0
+    while i < len(left) or j < len(right):
+        first_diff = 0
+        while (i < len(left) and not left[i].isdigit()) or (j < len(right) and not right[j].isdigit()):
+            a = _order(left[i]) if i < len(left) and not left[i].isdigit() else 0
+            b = _order(right[j]) if j < len(right) and not right[j].isdigit() else 0
+            if a != b:
+                return a - b
+            i += 1
+            j += 1
+        while i < len(left) and left[i] == "0":
+            i += 1
+        while j < len(right) and right[j] == "0":
+            j += 1
+        while i < len(left) and j < len(right) and left[i].isdigit() and right[j].isdigit():
+            if not first_diff:
+                first_diff = ord(left[i]) - ord(right[j])
+            i += 1
+            j += 1
+        if i < len(left) and left[i].isdigit():
+            return 1
+        if j < len(right) and right[j].isdigit():
+            return -1
+        if first_diff:
+            return first_diff
+    return 0
+
+
+def _split_version(version):
+    epoch, _, rest = version.partition(":") if ":" in version else ("0", "", version)
+    upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "0")
+    return int(epoch or 0), upstream, revision
+
+
+def compare_versions(left, right):
+    """<0, 0, >0 as ``dpkg --compare-versions`` orders two Debian versions."""
+    le, lu, lr = _split_version(left)
+    re_, ru, rr = _split_version(right)
+    if le != re_:
+        return le - re_
+    return _verrevcmp(lu, ru) or _verrevcmp(lr, rr)
+
+
+def upstream_version(version):
+    """'1:580.95.05-0ubuntu0.24.04.1' -> '580.95.05'."""
+    return _split_version(version)[1] if version else None
+
+
+def version_branch(version):
+    """Driver branch of a driver version (full or upstream): '580.95.05-1' -> 580; else None."""
+    upstream = upstream_version(version) if version else None
+    match = re.match(r"^(\d{3,4})\.", upstream or "")
+    return int(match.group(1)) if match else None
+
+
+def _newest(versions):
+    best = None
+    for version in versions:
+        if best is None or compare_versions(version, best) > 0:
+            best = version
+    return best
+
+
+# ---------------------------------------------------------------------------------------------
+# Host outputs
+
+
+def parse_madison(text):
+    """``apt-cache madison P...`` -> {package: [versions, in the order listed, without repeats]}."""
+    result = {}
+    for line in (text or "").splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) < 3 or not parts[0] or not parts[1]:
+            continue
+        versions = result.setdefault(parts[0], [])
+        if parts[1] not in versions:
+            versions.append(parts[1])
+    return result
+
+
+def parse_dpkg_query(text):
+    """``dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'`` -> {package: info}.
+
+    info: version, want (first status letter), installed (the package's files are on disk: status
+    letter i, or a half-configured/unpacked one), held (selection 'hold').
+    """
+    result = {}
+    for line in (text or "").splitlines():
+        fields = line.split("\t")
+        if len(fields) < 3 or not fields[0]:
+            continue
+        name, version, abbrev = fields[0].split(":")[0], fields[1], fields[2]
+        want = abbrev[:1]
+        status = abbrev[1:2]
+        installed = status in ("i", "U", "F", "W", "t", "h") and bool(version)
+        entry = {"version": version or None, "want": want, "held": want == "h", "installed": installed}
+        if name not in result or (installed and not result[name]["installed"]):
+            result[name] = entry
+    return result
+
+
+def parse_dpkg_search(text):
+    """``dpkg-query -S PATH`` -> the owning package, or None ('diversion by' lines are skipped)."""
+    for line in (text or "").splitlines():
+        if line.startswith("diversion by") or ":" not in line:
+            continue
+        owner = line.split(": ", 1)[0].split(",")[0].strip()
+        if owner:
+            return owner.split(":")[0]
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# GPUs
+
+
+def gpu_summary(pci_devices):
+    """nvidia_gpu_facts pci_devices -> [{name, pci_id, pci_address, architecture, min_branch,
+    open_required, open_supported, known}] (architecture facts from module_utils/gpu_arch)."""
+    gpus = []
+    for dev in pci_devices or []:
+        if not isinstance(dev, dict) or (dev.get("is_nvidia_gpu") is False):
+            continue
+        arch = arch_lookup(dev.get("device_id") or dev.get("pci_id"), dev.get("product")) or {}
+        gpus.append({
+            "name": dev.get("product") or dev.get("description") or "NVIDIA GPU %s" % dev.get("pci_id"),
+            "pci_id": dev.get("pci_id"),
+            "pci_address": dev.get("pci_address"),
+            "architecture": arch.get("architecture") or dev.get("architecture"),
+            "min_branch": arch.get("min_driver_branch") or dev.get("min_driver_branch"),
+            "open_required": bool(arch.get("open_kernel_modules_required")
+                                  or dev.get("open_kernel_modules_required")),
+            "open_supported": arch.get("open_kernel_modules_supported", True) if arch else True,
+            "known": bool(arch),
+        })
+    return gpus
+
+
+def describe(gpu):
+    """'RTX PRO 6000 Blackwell Server Edition (10de:2bb5 at 0000:17:00.0)'."""
+    return "%s (%s at %s)" % (gpu["name"], gpu.get("pci_id"), gpu.get("pci_address"))
+
+
+def min_branch(gpus):
+    needs = [g["min_branch"] for g in gpus if g.get("min_branch")]
+    return max(needs) if needs else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The request
+
+
+def validate_request(request):
+    """Refuse malformed values (argument_specs does this in the role; the module repeats it)."""
+    if request.get("style") not in STYLES:
+        raise DriverChoiceError("package style must be one of %s, got %r" % (", ".join(STYLES), request.get("style")))
+    if request.get("flavor") not in FLAVORS:
+        raise DriverChoiceError("nvidia_driver_flavor must be server or desktop, got %r" % request.get("flavor"))
+    if request.get("kernel_modules") not in KERNEL_MODULES:
+        raise DriverChoiceError("nvidia_driver_kernel_modules must be auto, open or proprietary, got %r"
+                                % request.get("kernel_modules"))
+    branch = str(request.get("branch") or "auto")
+    if branch != "auto" and not _BRANCH.match(branch):
+        raise DriverChoiceError("nvidia_driver_branch must be a branch number such as 580, or auto; got %r" % branch)
+    version = request.get("version") or ""
+    if version and not (_DRIVER_VERSION.match(version) or version_branch(version)):
+        raise DriverChoiceError("nvidia_driver_version must be a driver version such as 580.95.05, got %r" % version)
+    if branch != "auto" and version and version_branch(version) != int(branch):
+        raise DriverChoiceError("nvidia_driver_version %s is not in nvidia_driver_branch %s; set one of them to match"
+                                % (version, branch))
+
+
+def requested_branch(request):
+    """(branch, source) from the request alone: explicit branch, else the version's; else (None, None)."""
+    branch = str(request.get("branch") or "auto")
+    if branch != "auto":
+        return int(branch), "nvidia_driver_branch"
+    if request.get("version"):
+        return version_branch(request["version"]), "nvidia_driver_version"
+    return None, None
+
+
+def resolve_kernel_modules(requested, gpus):
+    """(open|proprietary, reason). auto: open when a GPU requires the open modules (gpu_arch).
+
+    Refuses proprietary modules for a GPU that requires the open ones (it would show "No devices
+    were found"), the open modules for a GPU without a GSP (Maxwell, Pascal, Volta), and a mix of both.
+    """
+    need_open = [g for g in gpus if g["open_required"]]
+    no_open = [g for g in gpus if not g["open_supported"]]
+    if need_open and no_open:
+        raise DriverChoiceError(
+            "no single kernel module flavour drives every GPU of this host: %s require%s the open modules and %s "
+            "cannot use them; split these GPUs over hosts" % (
+                ", ".join(describe(g) for g in need_open), "s" if len(need_open) == 1 else "",
+                ", ".join(describe(g) for g in no_open)))
+    if requested == "proprietary" and need_open:
+        raise DriverChoiceError(
+            "%s require%s the NVIDIA open kernel modules (%s); proprietary modules were asked for "
+            "(nvidia_driver_kernel_modules: proprietary) and would find no device. Fix: set "
+            "nvidia_driver_kernel_modules: auto (or open)" % (
+                ", ".join(describe(g) for g in need_open), "s" if len(need_open) == 1 else "",
+                "/".join(sorted({g["architecture"] or "this architecture" for g in need_open}))))
+    if requested == "open" and no_open:
+        raise DriverChoiceError(
+            "%s cannot use the NVIDIA open kernel modules (no GSP: %s); open modules were asked for. Fix: set "
+            "nvidia_driver_kernel_modules: auto (or proprietary)" % (
+                ", ".join(describe(g) for g in no_open),
+                "/".join(sorted({g["architecture"] or "unknown" for g in no_open}))))
+    if requested in ("open", "proprietary"):
+        return requested, "nvidia_driver_kernel_modules: %s" % requested
+    if need_open:
+        return "open", "%s require%s the open kernel modules" % (
+            ", ".join(describe(g) for g in need_open), "s" if len(need_open) == 1 else "")
+    return "proprietary", "no GPU of this host requires the open kernel modules"
+
+
+def check_branch(branch, gpus, source):
+    """Refuse a branch below a GPU's minimum (gpu_arch min_driver_branch)."""
+    if branch is None:
+        return
+    low = [g for g in gpus if g.get("min_branch") and branch < g["min_branch"]]
+    if low:
+        need = max(g["min_branch"] for g in low)
+        raise DriverChoiceError(
+            "%s need%s driver branch >= %d; branch %d (from %s) is too old for %s. Fix: set "
+            "nvidia_driver_branch: auto or a branch >= %d" % (
+                ", ".join(describe(g) for g in low), "s" if len(low) == 1 else "", need, branch, source,
+                "it" if len(low) == 1 else "them", need))
+
+
+def precheck(request, gpus):
+    """Every refusal that needs no host query: run before anything on the host changes."""
+    validate_request(request)
+    modules, reason = resolve_kernel_modules(request["kernel_modules"], gpus)
+    branch, source = requested_branch(request)
+    check_branch(branch, gpus, source)
+    return {"kernel_modules": modules, "kernel_modules_reason": reason, "branch": branch,
+            "branch_source": source, "min_branch": min_branch(gpus)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Package names
+
+
+def ubuntu_package(branch, flavor, modules):
+    """nvidia-driver-580-server-open, nvidia-driver-580-server, nvidia-driver-580-open, nvidia-driver-580."""
+    return "nvidia-driver-%d%s%s" % (branch, "-server" if flavor == "server" else "",
+                                     "-open" if modules == "open" else "")
+
+
+def top_packages(request, branch, modules):
+    """The packages the role names to apt, main package first."""
+    if request["style"] == "ubuntu":
+        packages = [ubuntu_package(branch, request["flavor"], modules)]
+    else:
+        packages = list(request.get("debian_packages") or ["nvidia-driver"])
+        kernel = (request.get("debian_kernel_packages") or {}).get(modules)
+        if kernel and kernel not in packages:
+            packages.insert(1, kernel)
+    for extra in request.get("extra_packages") or []:
+        if extra not in packages:
+            packages.append(extra)
+    return packages
+
+
+def installed_kernel_modules(dpkg):
+    """open|proprietary from the installed kernel-module packages, else None."""
+    flavours = set()
+    for name, info in dpkg.items():
+        if not info["installed"]:
+            continue
+        match = _UBUNTU_KMOD.match(name)
+        if match:
+            flavours.add("open" if match.group(3) else "proprietary")
+        elif re.match(r"^nvidia-(?:open-kernel|kernel-open)-dkms$|^nvidia-dkms-\d+(?:-server)?-open$", name):
+            flavours.add("open")
+        elif re.match(r"^nvidia-kernel-dkms$|^nvidia-dkms-\d+(?:-server)?$", name):
+            flavours.add("proprietary")
+    return flavours.pop() if len(flavours) == 1 else ("mixed" if flavours else None)
+
+
+def installed_driver(dpkg, smi_owner, main_candidates=()):
+    """What is installed: the package that ships nvidia-smi decides the version and branch.
+
+    (Ubuntu turns old -server branches into transitional packages: nvidia-driver-470-server may
+    stay installed while nvidia-utils-535-server ships nvidia-smi. The utilities are the truth.)
+    """
+    owner = smi_owner if smi_owner and dpkg.get(smi_owner, {}).get("installed") else None
+    if owner is None:
+        owner = next((p for p in main_candidates if dpkg.get(p, {}).get("installed")), None)
+    if owner is None:
+        return {"package": None, "version": None, "upstream": None, "branch": None,
+                "kernel_modules": installed_kernel_modules(dpkg), "packages": [], "held": []}
+    version = dpkg[owner]["version"]
+    upstream = upstream_version(version)
+    packages = driver_packages(dpkg, upstream, version_branch(upstream))
+    return {"package": owner, "version": version, "upstream": upstream, "branch": version_branch(upstream),
+            "kernel_modules": installed_kernel_modules(dpkg), "packages": packages,
+            "held": [p for p in packages if dpkg[p]["held"]]}
+
+
+def driver_packages(dpkg, upstream, branch, also=()):
+    """Installed packages of the driver at `upstream`: what the role holds."""
+    names = set()
+    for name, info in dpkg.items():
+        if not info["installed"]:
+            continue
+        kmod = _UBUNTU_KMOD.match(name)
+        if kmod and branch and int(kmod.group(1)) == branch:
+            names.add(name)
+        elif DRIVER_PACKAGE.search(name) and upstream_version(info["version"]) == upstream:
+            names.add(name)
+    for name in also:
+        if dpkg.get(name, {}).get("installed"):
+            names.add(name)
+    return sorted(names)
+
+
+# ---------------------------------------------------------------------------------------------
+# Branch
+
+
+def branch_from_ubuntu_drivers(text, request, modules, gpus):
+    """(branch, detail) from ``ubuntu-drivers devices``: the recommended branch, in the flavour asked for.
+
+    ubuntu-drivers recommends one package per GPU, in any flavour (often the desktop -open one).
+    The branch of the recommendation is kept when the flavour's package (nvidia-driver-<B>-server
+    [-open]) is a candidate for every GPU; else the newest branch that is.
+    """
+    try:
+        devices = parse_ubuntu_drivers_devices(text or "")
+    except HostParseError as exc:
+        raise DriverChoiceError("ubuntu-drivers devices: %s; set nvidia_driver_branch" % exc)
+    want_server = request["flavor"] == "server"
+    want_open = modules == "open"
+    nvidia = [d for d in devices if d.get("vendor_id") == "10de"
+              or any(x.get("branch") for x in d["drivers"])]
+    if not nvidia:
+        raise DriverChoiceError("ubuntu-drivers devices lists no NVIDIA GPU; set nvidia_driver_branch")
+    common = None
+    recommended = []
+    for device in nvidia:
+        fitting = {x["branch"] for x in device["drivers"] if x.get("branch")
+                   and x["server"] == want_server and x["open"] == want_open}
+        common = fitting if common is None else common & fitting
+        traits = package_traits(device.get("recommended"))
+        if traits["branch"]:
+            recommended.append(traits["branch"])
+    floor = min_branch(gpus) or 0
+    common = {b for b in (common or set()) if b >= floor}
+    wanted = ubuntu_package(0, request["flavor"], modules).replace("-0", "-<branch>")
+    if not common:
+        raise DriverChoiceError("ubuntu-drivers devices offers no %s (branch >= %d) for %s; set nvidia_driver_branch"
+                                % (wanted, floor, ", ".join(describe(g) for g in gpus) or "this host's GPUs"))
+    if recommended and max(recommended) in common:
+        return max(recommended), "ubuntu-drivers recommends branch %d" % max(recommended)
+    return max(common), "newest %s ubuntu-drivers offers (its recommendation %s is not in this flavour)" % (
+        wanted.replace("<branch>", str(max(common))), ", ".join(str(b) for b in recommended) or "none")
+
+
+def resolve_branch(request, pre, gpus, installed, query):
+    """(branch, source): request > installed (while usable) > ubuntu-drivers (Ubuntu) / newest packaged (Debian)."""
+    if pre["branch"] is not None:
+        return pre["branch"], pre["branch_source"]
+    floor = pre["min_branch"] or 0
+    if installed["branch"] and installed["branch"] >= floor:
+        return installed["branch"], "the installed driver (%s); auto never changes branch" % installed["upstream"]
+    if request["style"] == "ubuntu":
+        text = query.ubuntu_drivers()
+        if text is None:
+            raise DriverChoiceError("nvidia_driver_branch is auto but ubuntu-drivers is not installed "
+                                    "(package ubuntu-drivers-common); install it or set nvidia_driver_branch")
+        return branch_from_ubuntu_drivers(text, request, pre["kernel_modules"], gpus)
+    main = top_packages(request, 0, pre["kernel_modules"])[0]
+    versions = query.madison([main]).get(main, [])
+    newest = _newest(versions)
+    if not newest or not version_branch(newest):
+        raise DriverChoiceError("nvidia_driver_branch is auto but no %s package is in the apt sources "
+                                "(enable non-free, or set nvidia_driver_repositories)" % main)
+    return version_branch(newest), "newest %s in the apt sources (%s)" % (main, newest)
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan
+
+
+def _main_candidates(dpkg):
+    """Installed driver metapackages/utilities, for a host whose nvidia-smi has no owner package."""
+    return sorted(name for name, info in dpkg.items() if info["installed"]
+                  and re.match(r"^nvidia-(?:driver|utils)(?:-\d+)?(?:-server)?(?:-open)?$", name))
+
+
+def _pick(versions, upstream):
+    """The newest of `versions` whose upstream part is `upstream`."""
+    return _newest([v for v in versions if upstream_version(v) == upstream])
+
+
+def plan(request, gpus, query):
+    """What the role installs. `query` answers ubuntu_drivers(), madison(pkgs), dpkg(), smi_owner().
+
+    Returns branch, branch_source, kernel_modules(+_reason), packages (main first), main_package,
+    version (upstream wanted), package_version (main package's full version), install (apt specs
+    name=version), action (none|install|upgrade|downgrade|change), installed (see installed_driver),
+    available (versions of the main package in the branch), unattended_upgrades.
+    Raises DriverChoiceError naming the GPU, the branch and the fix.
+    """
+    pre = precheck(request, gpus)
+    dpkg = query.dpkg()
+    installed = installed_driver(dpkg, query.smi_owner(), _main_candidates(dpkg))
+    branch, source = resolve_branch(request, pre, gpus, installed, query)
+    check_branch(branch, gpus, source)
+    modules = pre["kernel_modules"]
+    packages = top_packages(request, branch, modules)
+    main = packages[0]
+    madison = query.madison(packages)
+    available = sorted((v for v in madison.get(main, []) if version_branch(v) == branch),
+                       key=cmp_to_key(compare_versions), reverse=True)
+    main_installed = dpkg.get(main, {}).get("installed")
+    other = [v for v in madison.get(main, []) if version_branch(v) != branch]
+    if not available and other and request["style"] == "ubuntu":
+        raise DriverChoiceError(
+            "%s in the apt sources is %s, not a branch %d driver: Ubuntu made it a transitional package that "
+            "pulls a newer branch. Fix: set nvidia_driver_branch: %d (or auto) after checking the GPU is supported by it"
+            % (main, ", ".join(other), branch, max(version_branch(v) or 0 for v in other)))
+    if request.get("version"):
+        wanted = _pick(available, request["version"]) or (request["version"] if request["version"] in available else None)
+        if wanted is None:
+            if main_installed and upstream_version(dpkg[main]["version"]) == request["version"]:
+                wanted = dpkg[main]["version"]
+            else:
+                raise DriverChoiceError(
+                    "nvidia_driver_version %s is not available for %s (branch %d offers: %s); pick one of those"
+                    % (request["version"], main, branch, ", ".join(available) or "nothing"))
+    elif request.get("upgrade"):
+        wanted = available[0] if available else (dpkg[main]["version"] if main_installed else None)
+    elif installed["branch"] == branch:
+        wanted = (dpkg[main]["version"] if main_installed and upstream_version(dpkg[main]["version"]) == installed["upstream"]
+                  else _pick(available, installed["upstream"]) or (available[0] if available else None))
+    else:
+        wanted = available[0] if available else None
+    if wanted is None:
+        raise DriverChoiceError(
+            "no %s package (branch %d) is in the apt sources; %s" % (
+                main, branch, "add the archive that has it (nvidia_driver_repositories)" if request["style"] == "ubuntu"
+                else "enable non-free (nvidia_driver_debian_components) or set nvidia_driver_repositories"))
+    upstream = upstream_version(wanted)
+    install = []
+    for name in packages:
+        version = wanted if name == main else _pick(madison.get(name, []), upstream)
+        if version is None and dpkg.get(name, {}).get("installed") and upstream_version(dpkg[name]["version"]) == upstream:
+            version = dpkg[name]["version"]
+        install.append({"name": name, "version": version,
+                        "spec": "%s=%s" % (name, version) if version else name,
+                        "installed": dpkg.get(name, {}).get("version") if dpkg.get(name, {}).get("installed") else None})
+    satisfied = all(p["installed"] and (p["version"] is None or p["installed"] == p["version"]) for p in install)
+    if satisfied:
+        action = "none"
+    elif not installed["upstream"]:
+        action = "install"
+    elif installed["branch"] != branch or any(not p["installed"] for p in install):
+        action = "change"
+    else:
+        order = compare_versions(upstream, installed["upstream"])
+        action = "upgrade" if order > 0 else ("downgrade" if order < 0 else "change")
+    return {
+        "branch": branch, "branch_source": source, "min_branch": pre["min_branch"],
+        "kernel_modules": modules, "kernel_modules_reason": pre["kernel_modules_reason"],
+        "packages": packages, "main_package": main, "version": upstream, "package_version": wanted,
+        "install": [p["spec"] for p in install], "package_versions": install, "action": action,
+        "installed": installed, "available": available,
+        "unattended_upgrades": bool(dpkg.get("unattended-upgrades", {}).get("installed")),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# After the install
+
+
+def verify_installed(result_plan, installed):
+    """Errors when what is installed is not what was asked for (transitional packages, held versions)."""
+    errors = []
+    if not installed["upstream"]:
+        errors.append("no NVIDIA driver is installed after installing %s (nothing ships nvidia-smi)"
+                      % ", ".join(result_plan["install"]))
+        return errors
+    if installed["branch"] != result_plan["branch"]:
+        errors.append(
+            "asked for branch %d (%s) but the installed driver is %s from %s: Ubuntu turns retired -server "
+            "branches into transitional packages that pull a newer branch. Fix: set nvidia_driver_branch: %d "
+            "(or auto) after checking the GPU is supported by it"
+            % (result_plan["branch"], result_plan["main_package"], installed["upstream"], installed["package"],
+               installed["branch"]))
+    elif installed["upstream"] != result_plan["version"]:
+        errors.append("asked for driver %s but %s is installed (from %s)"
+                      % (result_plan["version"], installed["upstream"], installed["package"]))
+    if installed["kernel_modules"] not in (None, result_plan["kernel_modules"]):
+        errors.append("asked for the %s kernel modules but the installed ones are %s"
+                      % (result_plan["kernel_modules"], installed["kernel_modules"]))
+    return errors
+
+
+def reboot_decision(installed_upstream, installed_modules, gpu_facts):
+    """{required, reason, installed, loaded}: reboot when the loaded module is not the installed driver."""
+    facts = gpu_facts or {}
+    loaded = facts.get("driver_version_kernel")
+    loaded_modules = (facts.get("kernel_modules") or {}).get("flavor")
+    result = {"required": False, "reason": None, "installed": installed_upstream, "loaded": loaded,
+              "loaded_kernel_modules": loaded_modules}
+    if not installed_upstream:
+        return result
+    if facts.get("state") == "version_mismatch":
+        result.update(required=True, reason="NVML reports a driver/library version mismatch (installed %s, loaded %s)"
+                      % (installed_upstream, loaded or "unknown"))
+    elif not loaded:
+        result.update(required=True, reason="driver %s is installed but no NVIDIA kernel module is loaded"
+                      % installed_upstream)
+    elif loaded != installed_upstream:
+        result.update(required=True, reason="driver %s is installed but %s is loaded" % (installed_upstream, loaded))
+    elif installed_modules in ("open", "proprietary") and loaded_modules and loaded_modules != installed_modules:
+        result.update(required=True, reason="the %s kernel modules are installed but the %s ones are loaded"
+                      % (installed_modules, loaded_modules))
+    return result
