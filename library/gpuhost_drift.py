@@ -1,0 +1,122 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Compare a GPU host with its converged record and its live stack (read-only)."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpuhost_drift
+short_description: What drifted on a GPU host since gpuhost converged it
+description:
+  - Compares the host's record (C(ansible_local.gpuhost), written by the roles) and the live stack
+    (the result of M(gpu_stack_check)) with the dpkg state of the recorded driver packages (still
+    installed, still held, the installed version against the loaded module) and the recorded serving
+    containers (still running).
+  - Returns per layer C(ok) or C(drift) with findings, each marked C(auto) (a drift run repairs it through
+    the roles' tasks and handlers), C(reboot) (only where reboots are allowed) or C(manual). Read-only.
+version_added: "1.0.0"
+author: gpuhost
+options:
+  record:
+    description: The host's record, C(ansible_local.gpuhost).
+    type: dict
+    default: {}
+  stack:
+    description: The registered result of M(gpu_stack_check).
+    type: dict
+    required: true
+  allow_reboot:
+    description: Whether a pending reboot may be repaired (C(nvidia_driver_reboot=auto)).
+    type: bool
+    default: false
+  docker_path:
+    description: docker CLI used to inspect the serving containers; looked up on PATH when not given.
+    type: path
+notes:
+  - Supports check mode; it never changes anything.
+"""
+
+EXAMPLES = r"""
+- name: Live stack
+  gpu_stack_check:
+  register: stack
+
+- name: Drift against the record
+  gpuhost_drift:
+    record: "{{ ansible_local.gpuhost | default({}) }}"
+    stack: "{{ stack }}"
+  register: drift
+"""
+
+RETURN = r"""
+layers:
+  description: Per layer (driver, persistence, docker, toolkit, runtime_config, cdi, container, serving) C(state) and C(findings).
+  returned: always
+  type: dict
+drifted:
+  description: Whether anything drifted.
+  returned: always
+  type: bool
+repairable:
+  description: Codes of findings a drift run may repair.
+  returned: always
+  type: list
+  elements: str
+manual:
+  description: Findings that need an operator (or a reboot that is not allowed).
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.drift import compare, parse_dpkg_status
+
+DPKG_FORMAT = "${Package}\\t${Version}\\t${db:Status-Want}\\t${db:Status-Status}\\n"
+
+
+def dpkg_state(module, packages):
+    if not packages:
+        return {}
+    rc, out, err = module.run_command(["dpkg-query", "-W", "-f=" + DPKG_FORMAT] + list(packages))
+    # rc 1 only means some package is unknown; the known ones are still printed.
+    return parse_dpkg_status(out)
+
+
+def serving_state(module, docker, names):
+    state = {}
+    for name in names:
+        if not docker:
+            state[name] = {"running": False, "status": "no docker CLI"}
+            continue
+        rc, out, err = module.run_command([docker, "inspect", "-f", "{{.State.Status}}", name])
+        status = out.strip() if rc == 0 else "absent"
+        state[name] = {"running": status == "running", "status": status}
+    return state
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            record=dict(type="dict", default={}),
+            stack=dict(type="dict", required=True),
+            allow_reboot=dict(type="bool", default=False),
+            docker_path=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    record = module.params["record"] or {}
+    driver = record.get("driver") or {}
+    packages = driver.get("packages") or []
+    instances = (record.get("vllm") or {}).get("instances") or []
+    names = [i.get("name") if isinstance(i, dict) else i for i in instances]
+    docker = module.params["docker_path"] or module.get_bin_path("docker")
+    result = compare(record, module.params["stack"], dpkg_state(module, packages),
+                     serving_state(module, docker, names), module.params["allow_reboot"])
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+# -*- coding: utf-8 -*-
+"""Drift of a GPU host against what gpuhost converged it to. Pure functions, no Ansible imports.
+
+Inputs: the host's record (`ansible_local.gpuhost`, written by the roles), the live stack
+(the result of gpu_stack_check), the dpkg state of the recorded driver packages and the state of the
+recorded serving containers. Output: per layer, what drifted and whether a drift run may repair it.
+"""
+
+LAYERS = ("driver", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "serving")
+
+# How a drift run may deal with a finding: `auto` through the roles' own tasks and handlers (runtime
+# configure, CDI regenerate, docker restart, serving restart), `reboot` only where reboots are allowed,
+# `manual` never on its own.
+AUTO, REBOOT, MANUAL = "auto", "reboot", "manual"
+
+
+def finding(code, message, repair):
+    return {"code": code, "message": message, "repair": repair}
+
+
+def _stack_layer(stack, layer):
+    return (stack.get("layers") or {}).get(layer) or {}
+
+
+def _stack_check(stack, name):
+    for check in stack.get("checks") or []:
+        if check.get("name") == name:
+            return check
+    return {}
+
+
+def parse_dpkg_status(stdout):
+    """{package: {"version": v, "want": w, "status": s}} from
+    `dpkg-query -W -f='${Package}\\t${Version}\\t${db:Status-Want}\\t${db:Status-Status}\\n' PKG...`."""
+    packages = {}
+    for line in (stdout or "").splitlines():
+        fields = line.split("\t")
+        if len(fields) >= 4 and fields[0]:
+            packages[fields[0]] = {"version": fields[1], "want": fields[2], "status": fields[3]}
+    return packages
+
+
+def driver_findings(record, stack, dpkg, allow_reboot):
+    rec = record.get("driver") or {}
+    recorded = rec.get("version")
+    loaded = stack.get("driver_version")
+    state = stack.get("gpu_state")
+    out = []
+    installed = sorted({p["version"].split("-")[0] for p in dpkg.values()
+                        if p.get("status") == "installed" and p.get("version")})
+    if state == "version_mismatch" or (loaded and installed and loaded not in installed):
+        newest = installed[-1] if installed else "?"
+        out.append(finding("reboot_pending",
+                           "driver %s is installed but %s is loaded (NVML: driver/library version mismatch) — "
+                           "a reboot loads it" % (newest, loaded or "?"),
+                           REBOOT if allow_reboot else MANUAL))
+    elif recorded and loaded and loaded != recorded:
+        out.append(finding("driver_changed",
+                           "driver %s is loaded, %s was converged — the runtime configuration and CDI spec "
+                           "must follow (handler chain `gpuhost driver changed`)" % (loaded, recorded), AUTO))
+    elif state in ("no_driver", "driver_not_loaded", "error"):
+        out.append(finding("driver_broken", "driver layer: %s" % (stack.get("message") or state), MANUAL))
+    for name in rec.get("packages") or []:
+        pkg = dpkg.get(name)
+        if pkg is None or pkg.get("status") != "installed":
+            out.append(finding("package_missing", "driver package %s is not installed" % name, AUTO))
+        elif pkg.get("want") != "hold":
+            out.append(finding("hold_missing", "driver package %s is not held (unattended upgrades can "
+                                               "replace it behind the toolkit's back)" % name, AUTO))
+    return out
+
+
+def _layer_failed(stack, layer, code, repair, what):
+    info = _stack_layer(stack, layer)
+    if info.get("status") == "fail":
+        return [finding(code, "%s: %s" % (what, info.get("summary") or "failed"), repair)]
+    return []
+
+
+def cdi_findings(record, stack):
+    """A stale, shadowed, missing or wrong-sized spec (the checker's cdi_spec verdict), or one recorded
+    for another driver than the loaded one."""
+    check = _stack_check(stack, "cdi_spec")
+    if check.get("status") == "fail":
+        return [finding("cdi_stale", "CDI spec: %s" % (check.get("summary") or "failed"), AUTO)]
+    rec = (record.get("cdi") or {}).get("driver_version")
+    loaded = stack.get("driver_version")
+    if rec and loaded and rec != loaded:
+        return [finding("cdi_stale", "CDI spec recorded for driver %s, %s is loaded" % (rec, loaded), AUTO)]
+    return []
+
+
+def serving_findings(record, serving):
+    out = []
+    for inst in (record.get("vllm") or {}).get("instances") or []:
+        name = inst.get("name") if isinstance(inst, dict) else inst
+        live = (serving or {}).get(name) or {}
+        if not live.get("running"):
+            out.append(finding("serving_down", "serving container %s is not running (%s)"
+                               % (name, live.get("status") or "absent"), AUTO))
+        elif live.get("healthy") is False:
+            out.append(finding("serving_unhealthy", "serving container %s does not answer /health" % name, AUTO))
+    return out
+
+
+def compare(record, stack, dpkg, serving=None, allow_reboot=False):
+    """Per-layer drift: {layer: {"state": "ok"|"drift", "findings": [...]}} plus totals."""
+    record = record or {}
+    layers = {
+        "driver": driver_findings(record, stack, dpkg, allow_reboot),
+        "persistence": _layer_failed(stack, "persistence", "persistence_off", AUTO, "persistence mode"),
+        "docker": _layer_failed(stack, "docker", "docker_down", AUTO, "docker"),
+        "toolkit": _layer_failed(stack, "toolkit", "toolkit_missing", AUTO, "toolkit"),
+        "runtime_config": _layer_failed(stack, "runtime_config", "runtime_stale", AUTO, "toolkit configuration"),
+        "cdi": cdi_findings(record, stack),
+        "container": _layer_failed(stack, "container", "gpus_broken", AUTO, "containers"),
+        "serving": serving_findings(record, serving),
+    }
+    result = {}
+    for layer in LAYERS:
+        found = layers[layer]
+        result[layer] = {"state": "drift" if found else "ok", "findings": found}
+    all_findings = [f for layer in LAYERS for f in layers[layer]]
+    return {
+        "layers": result,
+        "drifted": bool(all_findings),
+        "repairable": [f["code"] for f in all_findings if f["repair"] in (AUTO, REBOOT)],
+        "manual": [f["message"] for f in all_findings if f["repair"] == MANUAL],
+        "recorded_driver_version": (record.get("driver") or {}).get("version"),
+        "loaded_driver_version": stack.get("driver_version"),
+    }

@@ -1,0 +1,69 @@
+"""Drift decisions: the record against the live stack and dpkg."""
+import os
+
+from conftest import FIXTURES
+from drift import AUTO, MANUAL, REBOOT, compare, parse_dpkg_status
+
+RECORD = {
+    "driver": {"version": "580.95.05", "packages": ["nvidia-driver-580-server-open"]},
+    "cdi": {"driver_version": "580.95.05"},
+    "vllm": {"instances": [{"name": "vllm-a"}]},
+}
+HELD = {"nvidia-driver-580-server-open": {"version": "580.95.05-0ubuntu0.24.04.1", "want": "hold", "status": "installed"}}
+
+
+def stack(loaded="580.95.05", gpu_state="ok", failing=(), cdi_status="ok"):
+    layers = {name: {"status": "fail" if name in failing else "ok", "summary": "%s broke" % name}
+              for name in ("driver", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "health")}
+    return {"driver_version": loaded, "gpu_state": gpu_state, "layers": layers,
+            "checks": [{"name": "cdi_spec", "status": cdi_status, "summary": "spec is stale: made for 580.95.05"}]}
+
+
+def test_real_dpkg_query_output():
+    with open(os.path.join(FIXTURES, "host", "dpkg-query_status_debian12.txt")) as handle:
+        parsed = parse_dpkg_status(handle.read())
+    # Read from the file: dpkg and apt, both wanted install and installed; the unknown package is absent.
+    assert set(parsed) == {"dpkg", "apt"}
+    assert parsed["apt"]["want"] == "install" and parsed["apt"]["status"] == "installed"
+
+
+def test_clean_host_has_no_drift():
+    out = compare(RECORD, stack(), HELD, {"vllm-a": {"running": True}})
+    assert out["drifted"] is False
+    assert all(layer["state"] == "ok" for layer in out["layers"].values())
+
+
+def test_upgrade_then_reboot_behind_our_back_is_repairable():
+    # unattended-upgrades installed 580.105.08 and the host rebooted: loaded != recorded.
+    dpkg = {"nvidia-driver-580-server-open": dict(HELD["nvidia-driver-580-server-open"], version="580.105.08-0ubuntu0.24.04.1")}
+    out = compare(RECORD, stack(loaded="580.105.08", failing=("container",), cdi_status="fail"), dpkg,
+                  {"vllm-a": {"running": True}})
+    assert out["layers"]["driver"]["findings"][0]["code"] == "driver_changed"
+    assert out["layers"]["cdi"]["state"] == "drift"
+    assert out["layers"]["container"]["state"] == "drift"
+    assert out["manual"] == []
+    assert "driver_changed" in out["repairable"] and "cdi_stale" in out["repairable"]
+
+
+def test_pending_reboot_is_manual_unless_reboots_allowed():
+    dpkg = {"nvidia-driver-580-server-open": dict(HELD["nvidia-driver-580-server-open"], version="580.105.08-0ubuntu0.24.04.1")}
+    never = compare(RECORD, stack(loaded="580.95.05", gpu_state="version_mismatch"), dpkg)
+    found = never["layers"]["driver"]["findings"][0]
+    assert found["code"] == "reboot_pending" and found["repair"] == MANUAL
+    assert "580.105.08" in found["message"] and "580.95.05" in found["message"]
+    auto = compare(RECORD, stack(loaded="580.95.05", gpu_state="version_mismatch"), dpkg, allow_reboot=True)
+    assert auto["layers"]["driver"]["findings"][0]["repair"] == REBOOT
+
+
+def test_hold_removed_and_runtime_entry_gone_and_serving_down():
+    dpkg = {"nvidia-driver-580-server-open": dict(HELD["nvidia-driver-580-server-open"], want="install")}
+    out = compare(RECORD, stack(failing=("runtime_config",)), dpkg, {"vllm-a": {"running": False, "status": "exited"}})
+    assert [f["code"] for f in out["layers"]["driver"]["findings"]] == ["hold_missing"]
+    assert out["layers"]["runtime_config"]["findings"][0]["repair"] == AUTO
+    assert out["layers"]["serving"]["findings"][0]["code"] == "serving_down"
+    assert "exited" in out["layers"]["serving"]["findings"][0]["message"]
+
+
+def test_missing_record_reports_only_live_failures():
+    out = compare({}, stack(failing=("docker",)), {})
+    assert [layer for layer, v in out["layers"].items() if v["state"] == "drift"] == ["docker"]
