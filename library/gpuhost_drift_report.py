@@ -1,0 +1,112 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Write a drift run's per-host JSON reports and its fleet summary."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpuhost_drift_report
+short_description: Per-host JSON and a fleet summary (Markdown, HTML) of a drift run
+description:
+  - Runs where the reports go (the control node). Writes into O(dest) one C(<host>.json) per host (its
+    drift before and after the run), C(summary.md) and C(summary.html) (host × layer, before → after,
+    what was repaired and what remains; self-contained HTML) and C(summary.json).
+  - Returns C(clean) — true when every host is clean or repaired — for the run's exit status.
+version_added: "1.0.0"
+author: gpuhost
+options:
+  results:
+    description: Host name to C({before, after, check_mode}) (M(gpuhost_drift) results), or C({unreachable, msg}).
+    type: dict
+    required: true
+  dest:
+    description: Directory of the reports; created when missing.
+    type: path
+    required: true
+  title:
+    description: Title of the summaries.
+    type: str
+    default: GPU fleet drift
+  generated:
+    description: When the run happened.
+    type: str
+notes:
+  - In check mode it renders and returns the Markdown but writes nothing.
+"""
+
+EXAMPLES = r"""
+- name: Write the drift reports
+  gpuhost_drift_report:
+    results: "{{ drift_results }}"
+    dest: reports/drift
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+markdown:
+  description: The Markdown summary.
+  returned: always
+  type: str
+clean:
+  description: Every host is clean or was repaired.
+  returned: always
+  type: bool
+outcomes:
+  description: Host to C(clean), C(repaired), C(drift) or C(unreachable).
+  returned: always
+  type: dict
+files:
+  description: Files written.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.atomic_file import write_atomic
+from ansible.module_utils.drift_report import exit_ok, host_outcome, render_html, render_markdown
+from ansible.module_utils.report_render import safe_filename
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            results=dict(type="dict", required=True),
+            dest=dict(type="path", required=True),
+            title=dict(type="str", default="GPU fleet drift"),
+            generated=dict(type="str"),
+        ),
+        supports_check_mode=True,
+    )
+    results = dict((str(h), r if isinstance(r, dict) else {"unreachable": True, "msg": "no result"})
+                   for h, r in module.params["results"].items())
+    title, generated = module.params["title"], module.params["generated"]
+    markdown = render_markdown(results, title, generated)
+    outcomes = dict((h, host_outcome(r)["outcome"]) for h, r in results.items())
+    files = []
+    if not module.check_mode:
+        dest = module.params["dest"]
+        if not os.path.isdir(dest):
+            os.makedirs(dest, 0o755)
+        taken = set(["summary"])
+        for host in sorted(results):
+            entry = dict(results[host], host=host, **host_outcome(results[host]))
+            path = os.path.join(dest, safe_filename(host, taken) + ".json")
+            write_atomic(module, path, json.dumps(entry, indent=2, sort_keys=True) + "\n", backup=False)
+            files.append(path)
+        summary = {"hosts": len(results), "outcomes": outcomes, "clean": exit_ok(results)}
+        for name, text in (("summary.md", markdown), ("summary.html", render_html(results, title, generated)),
+                           ("summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")):
+            path = os.path.join(dest, name)
+            write_atomic(module, path, text, backup=False)
+            files.append(path)
+    module.exit_json(changed=bool(files), markdown=markdown, clean=exit_ok(results), outcomes=outcomes, files=files)
+
+
+if __name__ == "__main__":
+    main()
