@@ -1,0 +1,308 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_stack_check
+short_description: Diagnose a GPU serving host layer by layer and name the first broken layer
+description:
+  - Checks, bottom up, every layer a container needs to reach an NVIDIA GPU and returns, per check, a
+    status (C(ok), C(warn), C(fail), C(skipped)), the evidence (the command run and the output lines
+    that decided) and a remedy.
+  - "Layers and their checks: C(driver) (GPU on the PCI bus, kernel module and its version, device nodes
+    C(/dev/nvidia0..N) c 195 N, C(/dev/nvidiactl) c 195 255, C(/dev/nvidia-uvm), NVML works and the
+    userspace library matches the kernel module); C(persistence) (persistence mode on every GPU);
+    C(docker) (the daemon answers C(docker info)); C(toolkit) (toolkit packages, C(nvidia-ctk),
+    the runtime hook); C(runtime_config) (the nvidia runtime registered with the running docker);
+    C(cdi) (the spec is present, a CDI spec, fresh for the loaded driver, not shadowed by
+    C(/var/run/cdi), C(nvidia-ctk cdi list) resolves C(nvidia.com/gpu=all)); C(container) (a C(--rm)
+    container started with C(--gpus all), and with C(--device nvidia.com/gpu=all) where the engine
+    supports CDI, lists the host's GPUs); C(health) (GPU memory held by pids that do not exist,
+    active throttle reasons other than C(gpu_idle), Xid errors in the kernel log since boot)."
+  - The first layer, in that order, with a failing check is returned as RV(failed_layer) and in
+    RV(message), with its remedy.
+  - Never fails the task because the host is broken (the diagnosis is the result), unless
+    O(fail_on_required) is set.
+  - Read-only. It writes no file and restarts nothing. The one side effect is the container check -
+    C(docker run --rm --pull never --network none IMAGE nvidia-smi -L) - which creates a container that
+    docker removes when it exits, pulls nothing and changes nothing on the host; O(container_check)
+    turns it off.
+version_added: "1.0.0"
+author:
+  - gpuhost maintainers
+options:
+  required_layers:
+    description:
+      - Layers whose failure counts. A failing check in another layer is reported as C(warn).
+      - Default is every layer but C(health).
+    type: list
+    elements: str
+    choices: [driver, persistence, docker, toolkit, runtime_config, cdi, container, health]
+    default: [driver, persistence, docker, toolkit, runtime_config, cdi, container]
+  fail_on_required:
+    description: Fail the task (with the whole diagnosis in the result) when a required layer fails.
+    type: bool
+    default: false
+  check_image:
+    description:
+      - Image of the container check. It must already be on the host (the check does not pull) and
+        carry what the host's C(nvidia-smi), injected by the toolkit, needs (glibc); a CUDA base image.
+    type: str
+    default: nvcr.io/nvidia/cuda:12.9.1-base-ubuntu24.04
+  container_check:
+    description: Run the container checks (a C(--rm) container each).
+    type: bool
+    default: true
+  cdi_container_check:
+    description:
+      - The C(--device nvidia.com/gpu=all) container. C(auto) runs it where the engine resolves CDI
+        names (Docker 25+ with C(features.cdi), default on from 28).
+    type: str
+    choices: [auto, always, never]
+    default: auto
+  kernel_log_command:
+    description:
+      - "Command whose output is the kernel log since boot, searched for C(NVRM: Xid) lines. A string
+        is split like a shell would (no shell runs), or give a list."
+      - C(journalctl -k -b --no-pager) where C(dmesg) is restricted.
+    type: raw
+    default: dmesg
+  cdi_spec_path:
+    description: The managed CDI spec.
+    type: path
+    default: /etc/cdi/nvidia.yaml
+  toolkit_packages:
+    description: Packages that make up the NVIDIA Container Toolkit (checked with C(dpkg-query)).
+    type: list
+    elements: str
+    default: [nvidia-container-toolkit, nvidia-container-toolkit-base, libnvidia-container-tools, libnvidia-container1]
+  docker_config:
+    description: docker's daemon.json (read to tell "not configured" from "configured, docker not restarted").
+    type: path
+    default: /etc/docker/daemon.json
+  benign_clock_reasons:
+    description: Clocks event reasons that are not throttling.
+    type: list
+    elements: str
+    default: [gpu_idle]
+  nvidia_smi_path:
+    description: Path of nvidia-smi; looked up on C(PATH) when not given.
+    type: path
+  proc_version_path:
+    description: File naming the loaded kernel module.
+    type: path
+    default: /proc/driver/nvidia/version
+  timeout:
+    description:
+      - Seconds each command may run (coreutils C(timeout) when installed). A container that outlives it
+        is left to docker, which removes it when it exits.
+    type: int
+    default: 120
+notes:
+  - Supports check mode; it runs the same read-only checks (the container check included) in check mode.
+  - Run it as root (C(become)) - C(docker) and C(dmesg) need it.
+  - "Xid meanings follow NVIDIA's Xid catalogue: U(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html)."
+seealso:
+  - module: nvidia_gpu_facts
+"""
+
+EXAMPLES = r"""
+- name: Diagnose the host
+  gpu_stack_check:
+  register: diagnosis
+
+- name: Say which layer broke
+  ansible.builtin.debug:
+    msg: "{{ diagnosis.message }}"
+  when: diagnosis.failed_layer
+
+- name: Fail unless driver, docker and toolkit work; the simulated kernel log; no CDI
+  gpu_stack_check:
+    required_layers: [driver, docker, toolkit, runtime_config, container]
+    fail_on_required: true
+    check_image: local/gpuhost-cuda-check:1
+    kernel_log_command: journalctl -k -b --no-pager
+"""
+
+RETURN = r"""
+ok:
+  description: No required layer failed.
+  returned: always
+  type: bool
+  sample: false
+failed_layer:
+  description: The first required layer (bottom up) with a failing check; null when none.
+  returned: always
+  type: str
+  sample: runtime_config
+message:
+  description: The first failure with its remedy, or what works and what warns.
+  returned: always
+  type: str
+  sample: >-
+    toolkit configuration: nvidia runtime not registered with docker — run
+    `nvidia-ctk runtime configure --runtime=docker` and restart docker
+remedy:
+  description: Remedy of the first failure; null when none.
+  returned: always
+  type: str
+layers:
+  description: Per layer C(status), C(required), C(title), C(checks) (names), C(summary), C(remedy).
+  returned: always
+  type: dict
+checks:
+  description:
+    - Every check in order, each with C(name), C(layer), C(status), C(required), C(summary), C(remedy),
+      C(evidence) (C(command), C(rc), C(lines)) and C(data).
+    - "Names: pci, kernel_module, device_nodes, nvml, persistence, docker, toolkit, runtime, cdi_spec,
+      cdi_list, container_gpus, container_cdi, zombies, throttle, xid."
+  returned: always
+  type: list
+  elements: dict
+counts:
+  description: Number of checks per status.
+  returned: always
+  type: dict
+  sample: {ok: 12, warn: 1, fail: 1, skipped: 1}
+required_layers:
+  description: The layers that counted.
+  returned: always
+  type: list
+  elements: str
+driver_version:
+  description: Loaded kernel module version (else the userspace one); null without a driver.
+  returned: always
+  type: str
+  sample: 580.95.05
+gpu_count:
+  description: GPUs nvidia-smi lists.
+  returned: always
+  type: int
+gpu_state:
+  description: The nvidia_gpu_facts state (C(ok), C(no_gpu), C(no_driver), C(driver_not_loaded), C(version_mismatch), C(error)).
+  returned: always
+  type: str
+gpus:
+  description: C(index), C(name), C(uuid) of each GPU.
+  returned: always
+  type: list
+  elements: dict
+docker_version:
+  description: Server version of the running docker; null when it does not answer.
+  returned: always
+  type: str
+toolkit_version:
+  description: C(nvidia-ctk --version); null when absent.
+  returned: always
+  type: str
+cdi_devices:
+  description: Device names C(nvidia-ctk cdi list) resolves.
+  returned: always
+  type: list
+  elements: str
+xids:
+  description: Xid codes seen since boot, each with C(code), C(count), C(gpus), C(description), C(cause), C(action).
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+try:
+    from ansible.module_utils.gpu_facts import HostIO
+    from ansible.module_utils.stack_check import (
+        DEFAULT_CHECK_IMAGE, DEFAULT_REQUIRED_LAYERS, DEFAULT_TOOLKIT_PACKAGES, LAYERS, capture, evaluate,
+        kernel_log_argv)
+except ImportError:  # run outside Ansible (unit tests put module_utils/ on sys.path)
+    from gpu_facts import HostIO
+    from stack_check import (
+        DEFAULT_CHECK_IMAGE, DEFAULT_REQUIRED_LAYERS, DEFAULT_TOOLKIT_PACKAGES, LAYERS, capture, evaluate,
+        kernel_log_argv)
+
+_EXTRA_BIN_DIRS = ["/usr/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/local/sbin", "/usr/local/nvidia/bin"]
+
+
+class ModuleIO(HostIO):
+    """Read-only host access over AnsibleModule: commands with a timeout and C locale, stat."""
+
+    def __init__(self, module, timeout):
+        self.module = module
+        self.timeout = timeout
+        self.timeout_bin = module.get_bin_path("timeout")
+
+    def which(self, name):
+        return self.module.get_bin_path(name, opt_dirs=_EXTRA_BIN_DIRS)
+
+    def run(self, argv):
+        if self.timeout_bin:
+            argv = [self.timeout_bin, "-k", "5", str(self.timeout)] + list(argv)
+        try:
+            return self.module.run_command(argv, check_rc=False, environ_update={"LC_ALL": "C"},
+                                           errors="replace", handle_exceptions=False)
+        except (IOError, OSError) as exc:
+            return 127, "", "%s: %s" % (argv[0], exc)
+
+    def stat(self, path):
+        try:
+            return os.stat(path)
+        except (IOError, OSError):
+            return None
+
+
+ARGUMENT_SPEC = dict(
+    required_layers=dict(type="list", elements="str", choices=list(LAYERS), default=list(DEFAULT_REQUIRED_LAYERS)),
+    fail_on_required=dict(type="bool", default=False),
+    check_image=dict(type="str", default=DEFAULT_CHECK_IMAGE),
+    container_check=dict(type="bool", default=True),
+    cdi_container_check=dict(type="str", choices=["auto", "always", "never"], default="auto"),
+    kernel_log_command=dict(type="raw", default="dmesg"),
+    cdi_spec_path=dict(type="path", default="/etc/cdi/nvidia.yaml"),
+    toolkit_packages=dict(type="list", elements="str", default=list(DEFAULT_TOOLKIT_PACKAGES)),
+    docker_config=dict(type="path", default="/etc/docker/daemon.json"),
+    benign_clock_reasons=dict(type="list", elements="str", default=["gpu_idle"]),
+    nvidia_smi_path=dict(type="path"),
+    proc_version_path=dict(type="path", default="/proc/driver/nvidia/version"),
+    timeout=dict(type="int", default=120),
+)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    if params["timeout"] <= 0:
+        module.fail_json(msg="timeout must be a positive number of seconds, got %d" % params["timeout"])
+    argv = kernel_log_argv(params["kernel_log_command"])
+    if not argv:
+        module.fail_json(msg="kernel_log_command is empty")
+    options = {
+        "required_layers": params["required_layers"],
+        "check_image": params["check_image"],
+        "container_check": params["container_check"],
+        "cdi_container_check": params["cdi_container_check"],
+        "kernel_log_command": argv,
+        "kernel_log_command_text": " ".join(argv),
+        "cdi_spec_path": params["cdi_spec_path"],
+        "toolkit_packages": params["toolkit_packages"],
+        "docker_config": params["docker_config"],
+        "benign_clock_reasons": params["benign_clock_reasons"],
+        "nvidia_smi_path": params["nvidia_smi_path"],
+        "proc_version_path": params["proc_version_path"],
+    }
+    io = ModuleIO(module, params["timeout"])
+    diagnosis = evaluate(capture(io, options), options)
+    if params["fail_on_required"] and diagnosis["failed_layer"]:
+        module.fail_json(msg=diagnosis["message"], changed=False, **dict((k, v) for k, v in diagnosis.items()
+                                                                         if k != "message"))
+    module.exit_json(changed=False, **diagnosis)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1128 @@
+# -*- coding: utf-8 -*-
+"""Layered diagnosis of a GPU serving host: which layer broke, the evidence, and the fix.
+
+Pure stdlib, no Ansible imports. The module `gpu_stack_check` captures what the host says
+(commands and files, through an injected `io` object, read-only) with capture(); evaluate()
+turns the captures into checks, layers and the first failing layer. Every check_* function is
+pure: captured text in, one check result out, so each is unit-tested on real outputs.
+
+A check result is a dict:
+    name, layer, status (ok|warn|fail|skipped), summary, remedy (None when nothing to do),
+    evidence {command, rc, lines} (the command run and the output lines that decided), data.
+
+Layers, bottom up (domain.md §1, §2: the diagnosis order nvidia-smi → docker info → docker run):
+    driver          GPU on the PCI bus, kernel module, device nodes, NVML / version match
+    persistence     persistence mode
+    docker          the docker daemon is up
+    toolkit         NVIDIA Container Toolkit packages and nvidia-ctk
+    runtime_config  the nvidia runtime registered with docker
+    cdi             the CDI spec: present, parseable, fresh, not shadowed, devices listed
+    container       image/container: a container sees the GPUs (--gpus, and CDI where supported)
+    health          zombie GPU memory, throttling, Xid errors
+"""
+import json
+import os
+import re
+import shlex
+import stat as stat_mod
+
+try:
+    from ansible.module_utils.gpu_facts import build_facts, capture as capture_gpu
+    from ansible.module_utils.host_parse import HostParseError, parse_proc_version
+    from ansible.module_utils.nvsmi_parse import ParseError, classify_error, clean_text, parse_list
+    from ansible.module_utils.cdi_spec import (
+        CDI_DIRS, CdiSpecError, parse_cdi_list, read_spec, shadowing, staleness)
+    from ansible.module_utils.daemon_json import DaemonJsonError, parse as parse_daemon_json
+except ImportError:  # unit tests put module_utils/ on sys.path
+    from gpu_facts import build_facts, capture as capture_gpu
+    from host_parse import HostParseError, parse_proc_version
+    from nvsmi_parse import ParseError, classify_error, clean_text, parse_list
+    from cdi_spec import CDI_DIRS, CdiSpecError, parse_cdi_list, read_spec, shadowing, staleness
+    from daemon_json import DaemonJsonError, parse as parse_daemon_json
+
+LAYERS = ("driver", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "health")
+LAYER_TITLES = {
+    "driver": "driver", "persistence": "persistence mode", "docker": "docker engine",
+    "toolkit": "toolkit packages", "runtime_config": "toolkit configuration", "cdi": "CDI spec",
+    "container": "image/container", "health": "GPU health",
+}
+DEFAULT_REQUIRED_LAYERS = tuple(l for l in LAYERS if l != "health")
+STATUSES = ("ok", "warn", "fail", "skipped")
+
+DEFAULT_CHECK_IMAGE = "nvcr.io/nvidia/cuda:12.9.1-base-ubuntu24.04"
+DEFAULT_TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                            "libnvidia-container-tools", "libnvidia-container1")
+DEFAULT_CDI_SPEC = "/etc/cdi/nvidia.yaml"
+DEFAULT_DOCKER_CONFIG = "/etc/docker/daemon.json"
+DEFAULT_PROC_VERSION = "/proc/driver/nvidia/version"
+REFRESH_ENV_FILE = "/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"
+# Idle GPUs always report gpu_idle; it is not throttling.
+BENIGN_CLOCK_REASONS = ("gpu_idle",)
+TIMEOUT_RC = 124
+MAX_EVIDENCE_LINES = 20
+MAX_LINE = 300
+
+NVIDIA_MAJOR = 195
+NVIDIACTL_MINOR = 255
+
+REMEDY_INSTALL_DRIVER = ("install the driver: site.yml --tags driver (role nvidia_driver), "
+                         "then reboot")
+REMEDY_LOAD_MODULE = ("load the module: `modprobe nvidia` (or reboot); if it refuses, "
+                      "`dmesg | grep -i nvrm` says why (no module built for this kernel, Secure Boot)")
+REMEDY_RELOAD = ("reboot, or stop every GPU process and reload the modules: "
+                 "`systemctl stop nvidia-persistenced; rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia; "
+                 "modprobe nvidia; systemctl start nvidia-persistenced`")
+REMEDY_NODES = ("create them: `nvidia-ctk system create-device-nodes --control-devices "
+                "--load-kernel-modules` (or `nvidia-modprobe -u -c=0`), or reboot")
+REMEDY_PERSISTENCE = ("`systemctl enable --now nvidia-persistenced` (role nvidia_persistence, "
+                      "site.yml --tags persistence); `nvidia-smi -pm 1` does not survive a reboot")
+REMEDY_INSTALL_DOCKER = "install docker: site.yml --tags docker (role docker)"
+REMEDY_START_DOCKER = ("start it: `systemctl enable --now docker`; `journalctl -u docker -b` "
+                       "says why it stopped")
+REMEDY_CONFIGURE = "run `nvidia-ctk runtime configure --runtime=docker` and restart docker"
+REMEDY_INSTALL_TOOLKIT = ("install the NVIDIA Container Toolkit: site.yml --tags toolkit "
+                          "(role nvidia_container_toolkit)")
+
+
+# ---------------------------------------------------------------------------------------------
+# results
+
+
+def _clip(line):
+    line = line.rstrip("\r\n")
+    return line if len(line) <= MAX_LINE else line[:MAX_LINE - 3] + "..."
+
+
+def evidence(command=None, lines=(), rc=None):
+    """The command that was run (a string) and the output lines that decided."""
+    if isinstance(command, (list, tuple)):
+        command = " ".join(shlex.quote(str(part)) for part in command)
+    kept = [_clip(l) for l in lines if l is not None and str(l).strip()][:MAX_EVIDENCE_LINES]
+    return {"command": command, "rc": rc, "lines": kept}
+
+
+def result(name, layer, status, summary, remedy=None, ev=None, data=None):
+    if status not in STATUSES:
+        raise ValueError("bad status %r" % status)
+    if layer not in LAYERS:
+        raise ValueError("bad layer %r" % layer)
+    return {"name": name, "layer": layer, "status": status, "summary": summary,
+            "remedy": remedy if status in ("warn", "fail") else None,
+            "evidence": ev or evidence(), "data": data or {}}
+
+
+def _lines(text):
+    return [l for l in clean_text(text or "").split("\n") if l.strip()]
+
+
+def _grep(text, pattern, flags=re.I):
+    regex = re.compile(pattern, flags)
+    return [l.strip() for l in _lines(text) if regex.search(l)]
+
+
+def _out(cap):
+    """stdout + stderr of a captured command."""
+    if not cap:
+        return ""
+    return (cap.get("stdout") or "") + "\n" + (cap.get("stderr") or "")
+
+
+def _cmd(cap):
+    return cap.get("argv") if cap else None
+
+
+# ---------------------------------------------------------------------------------------------
+# driver layer
+
+
+def check_pci(facts, lspci_capture=None):
+    """An NVIDIA GPU on the PCI bus (lspci, vendor 10de; sysfs when lspci is absent)."""
+    devices = facts.get("pci_devices") or []
+    source = facts.get("pci_source")
+    if source == "lspci":
+        ev = evidence(_cmd(lspci_capture), _grep((lspci_capture or {}).get("stdout"), r"\[10de:"),
+                      (lspci_capture or {}).get("rc"))
+    elif source == "sysfs":
+        ev = evidence("cat /sys/bus/pci/devices/*/{vendor,device,class}",
+                      ["%s %s" % (d.get("pci_address"), d.get("pci_id")) for d in devices])
+    else:
+        ev = evidence("lspci -nn -D", ["no lspci and no /sys/bus/pci/devices"])
+    data = {"gpus": [{"pci_address": d.get("pci_address"), "pci_id": d.get("pci_id"),
+                      "product": d.get("product"), "architecture": d.get("architecture")}
+                     for d in devices]}
+    if devices:
+        names = sorted(set(d.get("product") or d.get("pci_id") or "NVIDIA GPU" for d in devices))
+        return result("pci", "driver", "ok", "%d NVIDIA GPU(s) on the PCI bus: %s"
+                      % (len(devices), ", ".join(names)), ev=ev, data=data)
+    if source is None:
+        if facts.get("gpu_count"):
+            return result("pci", "driver", "skipped", "the PCI bus could not be read (no lspci, no sysfs); "
+                          "nvidia-smi lists %d GPU(s)" % facts["gpu_count"], ev=ev, data=data)
+        return result("pci", "driver", "warn", "the PCI bus could not be read (no lspci, no sysfs)",
+                      remedy="install pciutils (`apt-get install pciutils`) so that the GPUs can be seen",
+                      ev=ev, data=data)
+    return result("pci", "driver", "fail", "no NVIDIA GPU on the PCI bus",
+                  remedy="check the hardware: a VM needs the GPU passed through; `lspci -nn -d 10de:` "
+                         "must list it before any driver can work", ev=ev, data=data)
+
+
+def check_kernel_module(proc_version_text, facts, path=DEFAULT_PROC_VERSION):
+    """The kernel module is loaded, and which version/flavour (/proc/driver/nvidia/version)."""
+    lines = _grep(proc_version_text, r"^\s*NVRM version:")
+    ev = evidence("cat %s" % path, lines or (["%s: no such file" % path] if proc_version_text is None
+                                            else _lines(proc_version_text)[:3]))
+    kernel = None
+    if proc_version_text:
+        try:
+            kernel = parse_proc_version(proc_version_text)
+        except HostParseError:
+            kernel = None
+    if not kernel:
+        if proc_version_text is not None:
+            return result("kernel_module", "driver", "fail", "%s does not name an NVIDIA kernel module" % path,
+                          remedy=REMEDY_RELOAD, ev=ev)
+        if facts.get("state") == "no_gpu":
+            return result("kernel_module", "driver", "skipped", "no NVIDIA GPU, no module expected", ev=ev)
+        installed = bool(facts.get("nvidia_smi_path"))
+        summary = "the NVIDIA kernel module is not loaded (no %s)" % path
+        if not installed:
+            summary += " and no driver userspace (nvidia-smi) is installed"
+        return result("kernel_module", "driver", "fail", summary,
+                      remedy=REMEDY_LOAD_MODULE if installed else REMEDY_INSTALL_DRIVER, ev=ev)
+    data = {"version": kernel["version"], "flavor": kernel["flavor"], "arch": kernel["arch"]}
+    needing = [d for d in facts.get("pci_devices") or [] if d.get("open_kernel_modules_required")]
+    if needing and kernel["flavor"] != "open":
+        return result("kernel_module", "driver", "fail",
+                      "the loaded module %s is proprietary, but %s need the open kernel modules"
+                      % (kernel["version"], ", ".join(sorted(set(d.get("product") or d.get("pci_id")
+                                                               for d in needing)))),
+                      remedy="install the -open driver flavour (nvidia_driver_flavor: open, "
+                             "site.yml --tags driver) and reboot", ev=ev, data=data)
+    return result("kernel_module", "driver", "ok", "NVIDIA %s kernel module %s loaded"
+                  % ("open" if kernel["flavor"] == "open" else "proprietary", kernel["version"]),
+                  ev=ev, data=data)
+
+
+def uvm_major(proc_devices_text):
+    """Major number of nvidia-uvm from /proc/devices ('511 nvidia-uvm'), or None."""
+    for line in _lines(proc_devices_text):
+        match = re.match(r"^\s*(\d+)\s+nvidia-uvm\s*$", line)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def _node_line(path, node):
+    if node is None:
+        return "%s: no such file" % path
+    if node.get("kind") != "char":
+        return "%s: %s, not a character device" % (path, node.get("kind"))
+    return "crw %d, %d %s" % (node["major"], node["minor"], path)
+
+
+def check_device_nodes(nodes, facts, proc_devices_text=None, module_loaded=True):
+    """/dev/nvidia0..N (c 195 N), /dev/nvidiactl (c 195 255), /dev/nvidia-uvm (+ -tools).
+
+    nodes: {path: None | {"kind": "char"|"block"|"file"|..., "major": int, "minor": int}} for the
+    paths that were looked at (every /dev/nvidia* plus the expected ones).
+    """
+    if not module_loaded:
+        return result("device_nodes", "driver", "skipped", "no kernel module loaded: no device nodes expected",
+                      ev=evidence("stat /dev/nvidia*", [_node_line(p, nodes[p]) for p in sorted(nodes)]))
+    minors = [g.get("minor_number") for g in facts.get("gpus") or []]
+    if not minors or any(m is None for m in minors):
+        count = facts.get("gpu_count") or len(facts.get("pci_devices") or [])
+        minors = list(range(count))
+    uvm = uvm_major(proc_devices_text)
+    expected = [("/dev/nvidia%d" % m, NVIDIA_MAJOR, m, True) for m in sorted(minors)]
+    expected += [("/dev/nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR, True),
+                 ("/dev/nvidia-uvm", uvm, 0, True), ("/dev/nvidia-uvm-tools", uvm, 1, False)]
+    missing, wrong, optional_missing = [], [], []
+    for path, major, minor, required in expected:
+        node = nodes.get(path)
+        if node is None:
+            (missing if required else optional_missing).append(path)
+        elif node.get("kind") != "char" or (major is not None and node.get("major") != major) \
+                or node.get("minor") != minor:
+            wrong.append("%s is %s, expected c %s %d" % (
+                path, ("c %d %d" % (node["major"], node["minor"])) if node.get("kind") == "char"
+                else node.get("kind"), major if major is not None else "<nvidia-uvm>", minor))
+    looked = sorted(set(list(nodes) + [e[0] for e in expected]))
+    ev = evidence("stat /dev/nvidia*" + ("; grep nvidia-uvm /proc/devices" if proc_devices_text else ""),
+                  [_node_line(p, nodes.get(p)) for p in looked]
+                  + (["%d nvidia-uvm (/proc/devices)" % uvm] if uvm is not None else []))
+    data = {"missing": missing + optional_missing, "wrong": wrong, "uvm_major": uvm}
+    if missing or wrong:
+        parts = []
+        if missing:
+            parts.append("missing %s" % ", ".join(missing))
+        if wrong:
+            parts.append("; ".join(wrong))
+        remedy = REMEDY_NODES if not wrong else ("remove the wrong node(s) (`rm %s`) and %s"
+                                                 % (" ".join(w.split()[0] for w in wrong), REMEDY_NODES))
+        return result("device_nodes", "driver", "fail", "device nodes: " + "; ".join(parts),
+                      remedy=remedy, ev=ev, data=data)
+    if optional_missing:
+        return result("device_nodes", "driver", "warn", "device nodes present; missing %s (profilers need it)"
+                      % ", ".join(optional_missing), remedy=REMEDY_NODES, ev=ev, data=data)
+    return result("device_nodes", "driver", "ok", "%d GPU node(s), nvidiactl and nvidia-uvm present"
+                  % len(minors), ev=ev, data=data)
+
+
+def _smi_evidence(captures):
+    attempts = captures.get("smi") or []
+    if not attempts:
+        return evidence("nvidia-smi -q -x", ["nvidia-smi: not found"])
+    first = attempts[0]
+    if first["rc"] == 0 and "<nvidia_smi_log" in first["stdout"]:
+        lines = _grep(first["stdout"], r"<(driver_version|cuda_version|attached_gpus)>")
+        return evidence(first["argv"], lines, first["rc"])
+    return evidence(first["argv"], _lines(_out(first))[:6], first["rc"])
+
+
+def check_nvml(facts, captures):
+    """nvidia-smi (NVML) works and the userspace library matches the kernel module."""
+    ev = _smi_evidence(captures)
+    state, message = facts.get("state"), facts.get("message") or ""
+    data = {"state": state, "kernel": facts.get("driver_version_kernel"),
+            "userspace": facts.get("driver_version_userspace"), "gpu_count": facts.get("gpu_count")}
+    if state == "ok":
+        warnings = [w for w in facts.get("warnings") or [] if "differs from userspace" in w
+                    or "visible to nvidia-smi" in w or "needs driver branch" in w]
+        summary = "NVML works: %d GPU(s), driver %s" % (facts.get("gpu_count") or 0,
+                                                         facts.get("driver_version_userspace"))
+        if warnings:
+            return result("nvml", "driver", "warn", summary + "; " + "; ".join(warnings),
+                          remedy=REMEDY_RELOAD if any("differs" in w for w in warnings)
+                          else "compare `lspci -nn -d 10de:` with `nvidia-smi -L`", ev=ev, data=data)
+        return result("nvml", "driver", "ok", summary, ev=ev, data=data)
+    if state == "no_gpu":
+        return result("nvml", "driver", "skipped", "no NVIDIA GPU and no nvidia-smi", ev=ev, data=data)
+    if state == "version_mismatch":
+        return result("nvml", "driver", "fail",
+                      "NVML driver/library version mismatch: kernel module %s, userspace library %s "
+                      "(driver upgraded without a reboot)" % (data["kernel"] or "unknown",
+                                                              data["userspace"] or "unknown"),
+                      remedy=REMEDY_RELOAD, ev=ev, data=data)
+    if state == "driver_not_loaded":
+        return result("nvml", "driver", "fail", message, remedy=REMEDY_LOAD_MODULE, ev=ev, data=data)
+    if state == "no_driver":
+        return result("nvml", "driver", "fail", message, remedy=REMEDY_INSTALL_DRIVER, ev=ev, data=data)
+    remedy = REMEDY_RELOAD
+    if "open kernel modules" in message:
+        remedy = "install the -open driver flavour (site.yml --tags driver) and reboot"
+    elif "timed out" in message:
+        remedy = "a hung GPU or driver: read `dmesg | grep -i xid`, then reset the GPU or reboot"
+    return result("nvml", "driver", "fail", message or "nvidia-smi failed", remedy=remedy, ev=ev, data=data)
+
+
+def check_persistence(facts, captures, persistenced_active=None):
+    """Persistence mode on every GPU (without it the driver unloads when the GPU is idle)."""
+    attempts = captures.get("smi") or []
+    xml = attempts[0]["stdout"] if attempts and attempts[0]["rc"] == 0 else ""
+    lines = _grep(xml, r"<persistence_mode>")
+    if persistenced_active is not None:
+        lines.append("systemctl is-active nvidia-persistenced: %s" % persistenced_active)
+    ev = evidence(attempts[0]["argv"] if attempts else "nvidia-smi -q -x", lines,
+                  attempts[0]["rc"] if attempts else None)
+    gpus = facts.get("gpus") or []
+    if facts.get("state") != "ok" or not gpus:
+        return result("persistence", "persistence", "skipped", "nvidia-smi does not work (driver layer)", ev=ev)
+    off = [g for g in gpus if g.get("persistence_mode") is False]
+    unknown = [g for g in gpus if g.get("persistence_mode") is None]
+    data = {"off": [g.get("index") for g in off], "daemon": persistenced_active}
+    if off:
+        return result("persistence", "persistence", "fail", "persistence mode is off on GPU %s%s"
+                      % (", ".join(str(g.get("index")) for g in off),
+                         " (nvidia-persistenced is %s)" % persistenced_active if persistenced_active else ""),
+                      remedy=REMEDY_PERSISTENCE, ev=ev, data=data)
+    if unknown and len(unknown) == len(gpus):
+        return result("persistence", "persistence", "skipped", "nvidia-smi does not report persistence mode "
+                      "(not a Linux driver?)", ev=ev, data=data)
+    return result("persistence", "persistence", "ok", "persistence mode on for %d GPU(s)" % len(gpus),
+                  ev=ev, data=data)
+
+
+# ---------------------------------------------------------------------------------------------
+# docker, toolkit, runtime configuration
+
+
+def parse_docker_info(cap):
+    """`docker info --format '{{json .}}'` -> (info dict or None, error text or None)."""
+    if cap is None:
+        return None, "docker: not found"
+    text = (cap.get("stdout") or "").strip()
+    info = None
+    for candidate in (text, text.splitlines()[-1] if text else ""):
+        try:
+            info = json.loads(candidate)
+            break
+        except ValueError:
+            continue
+    errors = []
+    if isinstance(info, dict):
+        errors = [e for e in info.get("ServerErrors") or [] if e]
+        if not info.get("ServerVersion") and not errors:
+            errors = ["docker info returned no ServerVersion"]
+    if cap.get("rc") == TIMEOUT_RC:
+        return None, "docker info timed out (the daemon does not answer)"
+    if cap.get("rc") != 0 or not isinstance(info, dict) or errors:
+        err = errors + _grep(cap.get("stderr"), r"\S")
+        return None, (err[0] if err else "docker info exited %s" % cap.get("rc"))
+    return info, None
+
+
+def docker_major(version):
+    match = re.match(r"^\s*(\d+)\.", version or "")
+    return int(match.group(1)) if match else None
+
+
+def cdi_enabled(info, daemon_config):
+    """Whether the engine resolves CDI device names: Docker 25+ with features.cdi (default on 28+)."""
+    if not info:
+        return False
+    major = docker_major(info.get("ServerVersion"))
+    if major is None or major < 25:
+        return False
+    if info.get("CDISpecDirs"):
+        return True
+    feature = ((daemon_config or {}).get("features") or {}).get("cdi")
+    if feature is None:
+        return major >= 28
+    return bool(feature)
+
+
+def check_docker(cap, docker_path=None):
+    """The docker daemon answers (`docker info`)."""
+    if not docker_path:
+        return result("docker", "docker", "fail", "docker is not installed",
+                      remedy=REMEDY_INSTALL_DOCKER, ev=evidence("command -v docker", ["docker: not found"]))
+    info, error = parse_docker_info(cap)
+    if info is None:
+        lines = _grep(_out(cap), r"cannot connect|is the docker daemon running|error|denied") or _lines(_out(cap))[:4]
+        remedy = REMEDY_START_DOCKER
+        if "permission denied" in (error or "").lower():
+            remedy = "run the check as root (become: true) or as a member of the docker group"
+        return result("docker", "docker", "fail", "the docker daemon is not running: %s" % error,
+                      remedy=remedy, ev=evidence(_cmd(cap), lines, cap.get("rc")))
+    return result("docker", "docker", "ok", "docker %s running (%s)" % (info.get("ServerVersion"),
+                                                                        info.get("Driver") or "no storage driver"),
+                  ev=evidence(_cmd(cap), ["ServerVersion: %s" % info.get("ServerVersion"),
+                                          "Runtimes: %s" % " ".join(sorted(info.get("Runtimes") or {})),
+                                          "DefaultRuntime: %s" % info.get("DefaultRuntime")], cap.get("rc")),
+                  data={"version": info.get("ServerVersion"), "runtimes": sorted(info.get("Runtimes") or {}),
+                        "default_runtime": info.get("DefaultRuntime")})
+
+
+def parse_dpkg_query(stdout):
+    """`dpkg-query -W -f '${Package}\\t${db:Status-Abbrev}\\t${Version}\\n' P...` -> {pkg: version or None}.
+
+    A package whose status is not 'ii' (removed, config files only, half-installed) counts as absent.
+    """
+    found = {}
+    for line in (stdout or "").splitlines():
+        parts = line.split("\t")
+        if len(parts) < 3 or not parts[0].strip():
+            continue
+        name = parts[0].strip().split(":")[0]
+        found[name] = parts[2].strip() if parts[1].strip() == "ii" else None
+    return found
+
+
+def parse_ctk_version(text):
+    """`nvidia-ctk --version` -> '1.18.0' ('NVIDIA Container Toolkit CLI version 1.18.0')."""
+    match = re.search(r"version\s+v?(\d+\.\d+\.\d+\S*)", clean_text(text or ""), re.I)
+    return match.group(1) if match else None
+
+
+def check_toolkit(dpkg_cap, ctk_cap, ctk_path, hook_path, packages=DEFAULT_TOOLKIT_PACKAGES):
+    """Toolkit packages installed (pinned together), nvidia-ctk and the runtime hook present."""
+    lines, problems, versions = [], [], {}
+    if dpkg_cap is not None:
+        versions = parse_dpkg_query(dpkg_cap.get("stdout"))
+        lines += [l for l in _lines(dpkg_cap.get("stdout"))]
+        lines += _grep(dpkg_cap.get("stderr"), r"no packages found")
+        absent = [p for p in packages if not versions.get(p)]
+        if absent:
+            problems.append("not installed: %s" % ", ".join(absent))
+    ctk_version = parse_ctk_version(_out(ctk_cap)) if ctk_cap else None
+    if ctk_path:
+        lines += _grep(_out(ctk_cap), r"version")[:1] or ["%s --version: %s" % (ctk_path, _lines(_out(ctk_cap))[:1])]
+    else:
+        lines.append("nvidia-ctk: not found")
+        problems.append("nvidia-ctk not found")
+    if not hook_path:
+        lines.append("nvidia-container-runtime-hook: not found")
+        problems.append("nvidia-container-runtime-hook not found (docker --gpus needs it)")
+    command = [c for c in (" ".join(dpkg_cap["argv"][:2]) + " ..." if dpkg_cap else None,
+                           "nvidia-ctk --version") if c]
+    ev = evidence("; ".join(command), lines, dpkg_cap.get("rc") if dpkg_cap else None)
+    installed = dict((p, v) for p, v in versions.items() if v)
+    data = {"packages": installed, "nvidia_ctk_version": ctk_version}
+    if problems:
+        return result("toolkit", "toolkit", "fail", "NVIDIA Container Toolkit: " + "; ".join(problems),
+                      remedy=REMEDY_INSTALL_TOOLKIT, ev=ev, data=data)
+    distinct = sorted(set(v for p, v in installed.items() if p in packages))
+    if len(distinct) > 1:
+        return result("toolkit", "toolkit", "warn", "toolkit packages at different versions: %s"
+                      % ", ".join("%s %s" % (p, installed[p]) for p in packages if p in installed),
+                      remedy="pin them together (nvidia_container_toolkit_version, site.yml --tags toolkit)",
+                      ev=ev, data=data)
+    return result("toolkit", "toolkit", "ok", "NVIDIA Container Toolkit %s (nvidia-ctk %s)"
+                  % (distinct[0] if distinct else "installed", ctk_version or "unknown"), ev=ev, data=data)
+
+
+def check_runtime(docker_cap, daemon_json_text, runtime_bin_found=None,
+                  docker_config=DEFAULT_DOCKER_CONFIG):
+    """The nvidia runtime is registered with the running docker (`docker info` Runtimes)."""
+    info, error = parse_docker_info(docker_cap)
+    config, config_error = {}, None
+    try:
+        config = parse_daemon_json(daemon_json_text, docker_config)
+    except DaemonJsonError as exc:
+        config_error = str(exc)
+    configured = isinstance(config.get("runtimes"), dict) and "nvidia" in config["runtimes"]
+    conf_lines = []
+    if daemon_json_text is None:
+        conf_lines.append("%s: no such file" % docker_config)
+    elif config_error:
+        conf_lines.append(config_error)
+    else:
+        conf_lines.append("%s runtimes: %s" % (docker_config, " ".join(sorted(config.get("runtimes") or {}))
+                                               or "(none)"))
+    if info is None:
+        why = "docker is not installed" if docker_cap is None else "docker is not running (%s)" % error
+        return result("runtime", "runtime_config", "skipped", why,
+                      ev=evidence("cat %s" % docker_config, conf_lines), data={"configured": configured})
+    runtimes = info.get("Runtimes") or {}
+    lines = ["Runtimes: %s" % " ".join(sorted(runtimes)), "DefaultRuntime: %s" % info.get("DefaultRuntime")]
+    ev = evidence("docker info --format '{{json .}}'; cat %s" % docker_config, lines + conf_lines,
+                  docker_cap.get("rc"))
+    data = {"configured": configured, "registered": "nvidia" in runtimes,
+            "default_runtime": info.get("DefaultRuntime"), "cdi_enabled": cdi_enabled(info, config)}
+    if config_error:
+        return result("runtime", "runtime_config", "fail", config_error,
+                      remedy="fix the JSON by hand (docker refuses to start with it), then %s" % REMEDY_CONFIGURE,
+                      ev=ev, data=data)
+    if "nvidia" not in runtimes:
+        if configured:
+            return result("runtime", "runtime_config", "fail",
+                          "nvidia runtime is in %s but not registered with the running docker" % docker_config,
+                          remedy="restart docker (`systemctl restart docker`)", ev=ev, data=data)
+        return result("runtime", "runtime_config", "fail", "nvidia runtime not registered with docker",
+                      remedy=REMEDY_CONFIGURE, ev=ev, data=data)
+    path = (runtimes.get("nvidia") or {}).get("path") if isinstance(runtimes.get("nvidia"), dict) else None
+    if runtime_bin_found is False:
+        return result("runtime", "runtime_config", "fail", "nvidia runtime registered, but its binary %s is missing"
+                      % (path or "nvidia-container-runtime"), remedy=REMEDY_INSTALL_TOOLKIT, ev=ev, data=data)
+    return result("runtime", "runtime_config", "ok", "nvidia runtime registered with docker (%s)%s"
+                  % (path or "nvidia-container-runtime",
+                     "; CDI enabled" if data["cdi_enabled"] else ""), ev=ev, data=data)
+
+
+# ---------------------------------------------------------------------------------------------
+# CDI
+
+
+def _gpu_device_count(devices):
+    """Whole-GPU entries of a spec ('0', '1', ...; not 'all', UUIDs or MIG 'N:M')."""
+    return len([d for d in devices if re.match(r"^\d+$", str(d))])
+
+
+def check_cdi_spec(spec_texts, loaded_version, gpu_count=None, managed=DEFAULT_CDI_SPEC,
+                   refresh_env_text=None):
+    """The managed spec: present, a CDI spec, fresh for the loaded driver, not shadowed, all GPUs.
+
+    spec_texts: {path: text} for every spec file in the CDI directories (/etc/cdi, /var/run/cdi).
+    """
+    lines, summaries = [], {}
+    for path in sorted(spec_texts):
+        try:
+            summaries[path] = read_spec(spec_texts[path])
+            s = summaries[path]
+            lines.append("%s: kind %s, %d device(s), driver %s" % (path, s["kind"], len(s["devices"]),
+                                                                    ", ".join(s["driver_versions"]) or "unknown"))
+        except CdiSpecError as exc:
+            lines.append("%s: %s" % (path, exc))
+    if loaded_version:
+        lines.append("loaded driver: %s" % loaded_version)
+    ev = evidence("ls %s; read each spec" % " ".join(d + "/" for d in CDI_DIRS), lines)
+    regen = "`nvidia-ctk cdi generate --output=%s` (role nvidia_cdi: site.yml --tags cdi)" % managed
+    data = {"path": managed, "specs": sorted(spec_texts), "devices": [], "driver_versions": [],
+            "shadowed_by": []}
+    if managed not in spec_texts:
+        others = [p for p, s in summaries.items() if s.get("kind") == "nvidia.com/gpu"]
+        extra = ""
+        if others:
+            extra = "; only %s%s" % (", ".join(others), " (wiped at reboot)"
+                                     if any(p.startswith("/var/run/") or p.startswith("/run/") for p in others)
+                                     else "")
+        return result("cdi_spec", "cdi", "fail", "no CDI spec at %s%s" % (managed, extra),
+                      remedy="generate it: " + regen, ev=ev, data=data)
+    if managed not in summaries:
+        return result("cdi_spec", "cdi", "fail", "%s is not a CDI spec" % managed,
+                      remedy="regenerate it: " + regen, ev=ev, data=data)
+    spec = summaries[managed]
+    data.update(devices=spec["devices"], driver_versions=spec["driver_versions"])
+    stale = staleness(spec, loaded_version)
+    if stale:
+        return result("cdi_spec", "cdi", "fail", "%s is stale: %s" % (managed, "; ".join(stale)),
+                      remedy="regenerate it for the loaded driver: " + regen, ev=ev, data=data)
+    shadows = shadowing(summaries, managed)
+    data["shadowed_by"] = shadows
+    if shadows:
+        stale_shadows = [p for p in shadows if staleness(summaries[p], loaded_version)]
+        return result("cdi_spec", "cdi", "fail",
+                      "%s defines the same devices as %s and wins over it%s" % (
+                          ", ".join(shadows), managed, " (and is stale)" if stale_shadows else ""),
+                      remedy="remove %s and point nvidia-cdi-refresh at %s "
+                             "(NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=%s in %s; role nvidia_cdi does both)"
+                             % (" ".join(shadows), managed, managed, REFRESH_ENV_FILE),
+                      ev=ev, data=data)
+    count = _gpu_device_count(spec["devices"])
+    if gpu_count and count < gpu_count:
+        return result("cdi_spec", "cdi", "fail", "%s lists %d GPU(s), nvidia-smi lists %d"
+                      % (managed, count, gpu_count), remedy="regenerate it: " + regen, ev=ev, data=data)
+    return result("cdi_spec", "cdi", "ok", "%s fresh for driver %s, %d GPU(s), not shadowed"
+                  % (managed, ", ".join(spec["driver_versions"]) or loaded_version or "unknown", count),
+                  ev=ev, data=data)
+
+
+def check_cdi_list(cap, ctk_path):
+    """`nvidia-ctk cdi list` resolves nvidia.com/gpu devices (it reads /etc/cdi and /var/run/cdi)."""
+    if not ctk_path:
+        return result("cdi_list", "cdi", "skipped", "nvidia-ctk not found (toolkit layer)",
+                      ev=evidence("nvidia-ctk cdi list", ["nvidia-ctk: not found"]))
+    devices = parse_cdi_list(cap.get("stdout")) if cap and cap.get("rc") == 0 else []
+    ev = evidence(_cmd(cap), (_lines(cap.get("stdout")) + _grep(cap.get("stderr"), r"found|error|level=")),
+                  cap.get("rc"))
+    data = {"devices": devices}
+    if "nvidia.com/gpu=all" in devices:
+        return result("cdi_list", "cdi", "ok", "nvidia-ctk cdi list: %d device name(s)" % len(devices),
+                      ev=ev, data=data)
+    return result("cdi_list", "cdi", "fail", "`nvidia-ctk cdi list` shows no nvidia.com/gpu=all device",
+                  remedy="generate the spec: `nvidia-ctk cdi generate --output=%s`" % DEFAULT_CDI_SPEC,
+                  ev=ev, data=data)
+
+
+# ---------------------------------------------------------------------------------------------
+# container
+
+
+_CONTAINER_ERRORS = (
+    ("image_absent", r"unable to find image|no such image|pull access denied|manifest unknown|"
+                     r"repository does not exist|failed to resolve reference"),
+    ("runtime_unknown", r"unknown or invalid runtime name"),
+    ("no_gpu_driver", r"could not select device driver .* with capabilities"),
+    ("cdi_unresolvable", r"unresolvable CDI devices|CDI device injection failed|"
+                         r"failed to inject CDI devices|invalid device|not a device node"),
+    ("driver", r"nvidia-container-cli: (?:initialization error|detection error)|"
+               r"driver/library version mismatch|driver not loaded|nvml error"),
+    ("no_nvidia_smi", r"\"?nvidia-smi\"?: executable file not found|exec: \"?nvidia-smi\"?: |"
+                      r"nvidia-smi: (?:command )?not found|no such file or directory: unknown"),
+    ("mount", r"error mounting|no such file or directory"),
+)
+
+
+def classify_container(cap):
+    """Why a `docker run ... nvidia-smi -L` failed: (kind, decisive line)."""
+    text = _out(cap)
+    for kind, pattern in _CONTAINER_ERRORS:
+        regex = re.compile(pattern, re.I)
+        for line in _lines(text):
+            if regex.search(line):
+                return kind, line.strip()
+    lines = _lines(text)
+    return "other", (lines[-1].strip() if lines else "exit status %s, no output" % cap.get("rc"))
+
+
+def _container_uuids(stdout):
+    try:
+        return [g["uuid"] for g in parse_list(stdout)["gpus"] if g.get("uuid")]
+    except ParseError:
+        return []
+
+
+def check_container(cap, host_uuids, image, mode="gpus", name=None):
+    """A --rm container started with --gpus all (or --device nvidia.com/gpu=all) lists the host's GPUs."""
+    name = name or ("container_gpus" if mode == "gpus" else "container_cdi")
+    flag = "--gpus all" if mode == "gpus" else "--device nvidia.com/gpu=all"
+    if cap is None:
+        return result(name, "container", "skipped", "not run", ev=evidence("docker run --rm %s %s nvidia-smi -L"
+                                                                           % (flag, image)))
+    seen = _container_uuids(cap.get("stdout")) if cap.get("rc") == 0 else []
+    data = {"image": image, "mode": mode, "uuids": seen, "host_uuids": list(host_uuids or [])}
+    if cap.get("rc") == 0 and seen:
+        lines = _lines(cap.get("stdout"))
+        missing = [u for u in host_uuids or [] if u not in seen]
+        ev = evidence(_cmd(cap), lines, cap.get("rc"))
+        if missing:
+            return result(name, "container", "fail", "a %s container sees %d of the host's %d GPUs (missing %s)"
+                          % (flag, len(host_uuids) - len(missing), len(host_uuids), ", ".join(missing)),
+                          remedy="regenerate the CDI spec and re-run `nvidia-ctk runtime configure "
+                                 "--runtime=docker`, restart docker", ev=ev, data=data)
+        return result(name, "container", "ok", "a %s container lists %d GPU(s)" % (flag, len(seen)),
+                      ev=ev, data=data)
+    kind, line = classify_container(cap) if cap.get("rc") != 0 else ("no_gpus", "nvidia-smi -L listed no GPU")
+    if cap.get("rc") == TIMEOUT_RC:
+        kind, line = "timeout", "docker run timed out"
+    ev = evidence(_cmd(cap), [line] + [l for l in _lines(_out(cap)) if l.strip() != line][:5], cap.get("rc"))
+    data["cause"] = kind
+    table = {
+        "image_absent": ("warn", "the check image %s is not on the host (the check does not pull)" % image,
+                         "load it (`docker load -i <tarball>`, gpu_validate_check_image_archive) or pull it, "
+                         "or set check_image to an image that is present"),
+        "runtime_unknown": ("fail", "docker does not know the nvidia runtime", REMEDY_CONFIGURE),
+        "no_gpu_driver": ("fail", "docker cannot start GPU containers (no nvidia-container-runtime-hook)",
+                          REMEDY_INSTALL_TOOLKIT + ", then restart docker"),
+        "cdi_unresolvable": ("fail", "docker cannot resolve the CDI device nvidia.com/gpu=all",
+                             "regenerate the spec: `nvidia-ctk cdi generate --output=%s`" % DEFAULT_CDI_SPEC),
+        "driver": ("fail", "the toolkit cannot use the driver", "fix the driver layer first (nvidia-smi on the host)"),
+        "no_nvidia_smi": ("fail", "the image %s has no usable nvidia-smi: the toolkit injects the host's only "
+                                  "with the utility capability (NVIDIA_DRIVER_CAPABILITIES), and it needs glibc "
+                                  "in the image" % image,
+                          "use an image that keeps NVIDIA_DRIVER_CAPABILITIES with utility (e.g. %s) or run with "
+                          "`-e NVIDIA_DRIVER_CAPABILITIES=compute,utility`" % DEFAULT_CHECK_IMAGE),
+        "mount": ("fail", "the container could not mount the driver files",
+                  "regenerate the CDI spec for the loaded driver and re-run `nvidia-ctk runtime configure "
+                  "--runtime=docker`, restart docker"),
+        "timeout": ("fail", "the container did not finish", "a hung GPU: read `dmesg | grep -i xid`"),
+        "no_gpus": ("fail", "the container lists no GPU", "re-run `nvidia-ctk runtime configure --runtime=docker`, "
+                                                         "restart docker, regenerate the CDI spec"),
+        "other": ("fail", "the container failed", "read the evidence; if the driver was just updated, re-run "
+                                                  "`nvidia-ctk runtime configure --runtime=docker` and restart docker"),
+    }
+    status, summary, remedy = table[kind]
+    if mode == "cdi" and kind == "mount":
+        summary = "the CDI container could not mount what the spec names (stale spec?)"
+    return result(name, "container", status, "%s: %s" % (flag, summary), remedy=remedy, ev=ev, data=data)
+
+
+# ---------------------------------------------------------------------------------------------
+# health
+
+
+def check_zombies(facts, captures):
+    """GPU memory held by pids that do not exist on this host (nvidia_gpu_facts' zombie flag)."""
+    procs = facts.get("processes") or []
+    zombies = [p for p in procs if p.get("zombie")]
+    attempts = captures.get("smi") or []
+    cmd = attempts[0]["argv"] if attempts else "nvidia-smi -q -x"
+    if facts.get("state") != "ok":
+        return result("zombies", "health", "skipped", "nvidia-smi does not work (driver layer)", ev=evidence(cmd))
+    lines = ["pid %s %s on GPU %s: %s MiB, %s" % (p.get("pid"), p.get("name"), p.get("gpu_index"), p.get("used_mib"),
+                                                 "no such process on the host (/proc/%s)" % p.get("pid")
+                                                 if p.get("zombie") else "alive")
+             for p in procs]
+    ev = evidence("%s; test -d /proc/<pid>" % (cmd if isinstance(cmd, str) else " ".join(cmd)), lines)
+    data = {"zombies": [{"pid": p.get("pid"), "name": p.get("name"), "gpu_index": p.get("gpu_index"),
+                         "used_mib": p.get("used_mib")} for p in zombies]}
+    if zombies:
+        mib = sum(p.get("used_mib") or 0 for p in zombies)
+        gpus = sorted(set(str(p.get("gpu_index")) for p in zombies))
+        return result("zombies", "health", "fail", "%d MiB on GPU %s held by %d pid(s) that no longer exist: %s"
+                      % (mib, ", ".join(gpus), len(zombies), ", ".join(str(p.get("pid")) for p in zombies)),
+                      remedy="find the holder with `fuser -v /dev/nvidia*` and stop it; if nothing holds it, reset "
+                             "the GPU (`nvidia-smi -r -i %s`, no process on it) or reboot" % gpus[0],
+                      ev=ev, data=data)
+    return result("zombies", "health", "ok", "%d GPU process(es), none stale" % len(procs), ev=ev, data=data)
+
+
+THROTTLE_ADVICE = {
+    "hw_thermal_slowdown": "the GPU is too hot: check cooling, fans and airflow (`nvidia-smi -q -d TEMPERATURE`)",
+    "sw_thermal_slowdown": "the GPU is too hot: check cooling, fans and airflow (`nvidia-smi -q -d TEMPERATURE`)",
+    "hw_power_brake_slowdown": "an external power brake is asserted: check the power supply and the chassis",
+    "hw_slowdown": "hardware slowdown (thermal or power brake): check cooling and power delivery",
+    "sw_power_cap": "the power limit is reached: expected under full load; idle, check the limit "
+                    "(`nvidia-smi -q -d POWER`)",
+    "applications_clocks_setting": "clocks are held by an applications clock setting (`nvidia-smi -rac` resets it)",
+    "sync_boost": "clocks are held down to match another GPU in a sync-boost group",
+    "display_clocks_setting": "clocks are held by a display clock setting",
+}
+
+
+def check_throttle(facts, captures, benign=BENIGN_CLOCK_REASONS):
+    """Active clocks event (throttle) reasons other than gpu_idle."""
+    attempts = captures.get("smi") or []
+    xml = attempts[0]["stdout"] if attempts and attempts[0]["rc"] == 0 else ""
+    cmd = attempts[0]["argv"] if attempts else "nvidia-smi -q -x"
+    gpus = facts.get("gpus") or []
+    if facts.get("state") != "ok" or not gpus:
+        return result("throttle", "health", "skipped", "nvidia-smi does not work (driver layer)", ev=evidence(cmd))
+    active = {}
+    for gpu in gpus:
+        reasons = [r for r in gpu.get("clocks_event_reasons_active") or [] if r not in benign]
+        if reasons:
+            active[gpu.get("index")] = reasons
+    lines = [l for l in _grep(xml, r"<clocks_(?:event|throttle)_reason_\w+>\s*Active\s*<")
+             if not any("_%s>" % b in l for b in benign)]
+    ev = evidence(cmd, lines or ["GPU %s: %s" % (i, ", ".join(r)) for i, r in sorted(active.items())],
+                  attempts[0]["rc"] if attempts else None)
+    data = {"active": dict((str(k), v) for k, v in active.items())}
+    if active:
+        reasons = sorted(set(r for rs in active.values() for r in rs))
+        return result("throttle", "health", "fail", "clocks held down: %s" % "; ".join(
+            "GPU %s %s" % (i, ", ".join(r)) for i, r in sorted(active.items())),
+            remedy="; ".join(THROTTLE_ADVICE.get(r, r) for r in reasons), ev=ev, data=data)
+    unknown = all(g.get("clocks_event_reasons_active") is None for g in gpus)
+    if unknown:
+        return result("throttle", "health", "skipped", "nvidia-smi reports no clocks event reasons", ev=ev, data=data)
+    return result("throttle", "health", "ok", "no throttling (gpu_idle aside)", ev=ev, data=data)
+
+
+# NVIDIA's Xid catalogue (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, "Xid
+# Errors"), paraphrased: code -> (description, what usually causes it, action bucket). Action
+# buckets, mildest first: IGNORE, RESTART_APP, WATCH, RESET_GPU, REBOOT (node), and the catalogue's
+# hardware ones are followed by "RMA if it recurs".
+XID_CATALOGUE = {
+    8: ("GPU stopped processing (channel idle timeout)", "an application or driver hang", "RESTART_APP"),
+    13: ("Graphics Engine Exception", "usually the application (illegal instruction or address)", "RESTART_APP"),
+    31: ("GPU memory page fault (MMU fault)", "usually the application (illegal memory access)", "RESTART_APP"),
+    32: ("Invalid or corrupted push buffer stream", "driver, PCIe or system memory trouble", "RESET_GPU"),
+    43: ("GPU stopped processing", "the application hit an error and its channel was stopped", "RESTART_APP"),
+    45: ("Preemptive cleanup, due to previous errors", "channels of a killed or failed process torn down; "
+                                                      "follows another Xid", "IGNORE"),
+    48: ("Double Bit ECC Error (uncorrectable memory error)", "GPU memory", "RESET_GPU"),
+    61: ("Internal micro-controller breakpoint/warning", "GPU firmware", "RESET_GPU"),
+    62: ("Internal micro-controller halt", "GPU firmware or hardware", "RESET_GPU"),
+    63: ("ECC page retirement or row remapping recorded", "GPU memory (corrected; a reset activates it)", "WATCH"),
+    64: ("ECC page retirement or row remapper recording failure", "GPU memory", "RESET_GPU"),
+    69: ("Graphics Engine class error", "usually the application", "RESTART_APP"),
+    74: ("NVLink error", "NVLink/NVSwitch hardware or links", "RESET_GPU"),
+    79: ("GPU has fallen off the bus", "PCIe link, power or thermals (hardware)", "REBOOT"),
+    92: ("High single-bit ECC error rate", "GPU memory wearing out", "WATCH"),
+    94: ("Contained ECC error", "GPU memory; only the affected application died", "RESTART_APP"),
+    95: ("Uncontained ECC error", "GPU memory; every application on the GPU is affected", "RESET_GPU"),
+    109: ("Context switch timeout", "application or driver hang", "RESTART_APP"),
+    119: ("GSP RPC timeout", "GPU System Processor firmware did not answer", "RESET_GPU"),
+    120: ("GSP error", "GPU System Processor firmware", "RESET_GPU"),
+    154: ("GPU recovery action changed", "the driver names the recovery it needs (reset, reboot)", "RESET_GPU"),
+}
+XID_ACTIONS = {
+    "IGNORE": "nothing on its own (it follows another Xid)",
+    "RESTART_APP": "restart the application; if it recurs across different applications on the same GPU, "
+                   "drain the GPU and run diagnostics (`dcgmi diag -r 2`)",
+    "WATCH": "keep serving; reset the GPU at the next maintenance window and watch the rate",
+    "RESET_GPU": "drain the GPU, reset it (`nvidia-smi -r -i <gpu>`) or reboot; RMA if it recurs",
+    "REBOOT": "drain the host and reboot it; check PCIe seating, power and thermals; RMA if it recurs",
+}
+_XID_SEVERITY = ("IGNORE", "RESTART_APP", "WATCH", "RESET_GPU", "REBOOT")
+# NVRM: Xid (PCI:0000:17:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+# NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: ...     (no name= on older drivers)
+# NVRM: Xid (0000:03:00): 13, ...                                  (old drivers, no PCI: prefix)
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?\):\s*(\d+)"
+                  r"(?:,\s*(.*))?$")
+
+
+def parse_xids(text):
+    """Xid events from a kernel log (`dmesg`, `journalctl -k`): [{code, pci, pid, name, message, line}]."""
+    events = []
+    for line in _lines(text):
+        match = _XID.search(line)
+        if not match:
+            continue
+        rest = match.group(3) or ""
+        pid = re.match(r"^pid=('?<?[^,]*>?'?)(?:,\s*|$)", rest)
+        pid_value = None
+        if pid:
+            rest = rest[pid.end():]
+            raw = pid.group(1).strip("'")
+            pid_value = int(raw) if raw.isdigit() else None
+        name = re.match(r"^name=([^,]*)(?:,\s*|$)", rest)
+        name_value = None
+        if name:
+            rest = rest[name.end():]
+            name_value = None if name.group(1).strip() in ("<unknown>", "") else name.group(1).strip()
+        events.append({"code": int(match.group(2)), "pci": match.group(1).lower(), "pid": pid_value,
+                       "name": name_value, "message": rest.strip(), "line": line.strip()})
+    return events
+
+
+def describe_xid(code):
+    entry = XID_CATALOGUE.get(code)
+    if not entry:
+        return {"code": code, "description": "not in gpuhost's table", "cause": "see NVIDIA's Xid catalogue",
+                "action": "RESET_GPU"}
+    return {"code": code, "description": entry[0], "cause": entry[1], "action": entry[2]}
+
+
+def check_xid(cap, command="dmesg"):
+    """Xid errors in the kernel log since boot, with what they mean."""
+    if cap is None:
+        return result("xid", "health", "skipped", "kernel log not read", ev=evidence(command))
+    if cap.get("rc") != 0:
+        lines = _lines(_out(cap))[:3]
+        return result("xid", "health", "warn", "could not read the kernel log: %s"
+                      % (lines[0] if lines else "exit status %s" % cap.get("rc")),
+                      remedy="run the check as root, or set kernel_log_command (e.g. `journalctl -k -b --no-pager`)",
+                      ev=evidence(_cmd(cap), lines, cap.get("rc")))
+    events = parse_xids(cap.get("stdout"))
+    ev = evidence(_cmd(cap), [e["line"] for e in events][-MAX_EVIDENCE_LINES:], cap.get("rc"))
+    by_code = {}
+    for event in events:
+        by_code.setdefault(event["code"], []).append(event)
+    xids = []
+    for code in sorted(by_code):
+        info = describe_xid(code)
+        info.update(count=len(by_code[code]), gpus=sorted(set(e["pci"] for e in by_code[code])))
+        xids.append(info)
+    data = {"xids": xids}
+    if not events:
+        return result("xid", "health", "ok", "no Xid errors in the kernel log since boot", ev=ev, data=data)
+    worst = max(xids, key=lambda x: _XID_SEVERITY.index(x["action"]))
+    summary = "Xid errors since boot: " + "; ".join(
+        "Xid %d × %d on %s (%s)" % (x["code"], x["count"], ", ".join(x["gpus"]), x["description"]) for x in xids)
+    if worst["action"] == "IGNORE":
+        return result("xid", "health", "ok", summary, ev=ev, data=data)
+    return result("xid", "health", "fail", summary,
+                  remedy="Xid %d (%s): %s" % (worst["code"], worst["cause"], XID_ACTIONS[worst["action"]]),
+                  ev=ev, data=data)
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole diagnosis
+
+
+def summarise(checks, required_layers=DEFAULT_REQUIRED_LAYERS):
+    """Layers, first failing required layer and the message. Fails in layers that are not required
+    are reported as warn (the check keeps `required: false`)."""
+    required = set(required_layers)
+    out_checks = []
+    for check in checks:
+        check = dict(check)
+        check["required"] = check["layer"] in required
+        if check["status"] == "fail" and not check["required"]:
+            check["status"] = "warn"
+            check["summary"] = check["summary"] + " (layer not required: reported as warn)"
+        out_checks.append(check)
+    layers = {}
+    for layer in LAYERS:
+        mine = [c for c in out_checks if c["layer"] == layer]
+        statuses = [c["status"] for c in mine]
+        if "fail" in statuses:
+            status = "fail"
+        elif "warn" in statuses:
+            status = "warn"
+        elif statuses and all(s == "skipped" for s in statuses):
+            status = "skipped"
+        elif statuses:
+            status = "ok"
+        else:
+            status = "skipped"
+        first = next((c for c in mine if c["status"] == status and status in ("fail", "warn")), None)
+        layers[layer] = {"status": status, "required": layer in required, "title": LAYER_TITLES[layer],
+                         "checks": [c["name"] for c in mine],
+                         "summary": first["summary"] if first else
+                         "; ".join(c["summary"] for c in mine if c["status"] == "ok")[:400],
+                         "remedy": first["remedy"] if first else None}
+    failed_layer = next((l for l in LAYERS if layers[l]["status"] == "fail"), None)
+    if failed_layer:
+        first = next(c for c in out_checks if c["layer"] == failed_layer and c["status"] == "fail")
+        message = "%s: %s — %s" % (LAYER_TITLES[failed_layer], first["summary"], first["remedy"])
+        remedy = first["remedy"]
+    else:
+        warned = [l for l in LAYERS if layers[l]["status"] == "warn"]
+        remedy = None
+        if warned:
+            message = "every required layer works; warnings: %s" % "; ".join(
+                "%s: %s" % (LAYER_TITLES[l], layers[l]["summary"]) for l in warned)
+        else:
+            message = "every layer works"
+    counts = dict((s, len([c for c in out_checks if c["status"] == s])) for s in STATUSES)
+    return {"ok": failed_layer is None, "failed_layer": failed_layer, "message": message, "remedy": remedy,
+            "layers": layers, "checks": out_checks, "counts": counts, "required_layers": [l for l in LAYERS
+                                                                                      if l in required]}
+
+
+def evaluate(captures, options=None):
+    """Captures (see capture()) -> the diagnosis. Pure apart from the pid_exists callable in captures."""
+    opts = dict(DEFAULT_OPTIONS, **(options or {}))
+    gpu_caps = captures["gpu"]
+    facts = captures.get("facts") or build_facts(gpu_caps, pid_exists=captures.get("pid_exists"))
+    kernel_check = check_kernel_module(gpu_caps.get("proc_version"), facts, gpu_caps.get("proc_version_path")
+                                       or DEFAULT_PROC_VERSION)
+    checks = [
+        check_pci(facts, gpu_caps.get("lspci")),
+        kernel_check,
+        check_device_nodes(captures.get("nodes") or {}, facts, captures.get("proc_devices"),
+                           module_loaded=bool(kernel_check["data"].get("version"))),
+        check_nvml(facts, gpu_caps),
+        check_persistence(facts, gpu_caps, captures.get("persistenced_active")),
+        check_docker(captures.get("docker_info"), captures.get("docker_path")),
+        check_toolkit(captures.get("dpkg"), captures.get("ctk_version"), captures.get("ctk_path"),
+                      captures.get("hook_path"), opts["toolkit_packages"]),
+        check_runtime(captures.get("docker_info"), captures.get("daemon_json"), captures.get("runtime_bin_found"),
+                      opts["docker_config"]),
+        check_cdi_spec(captures.get("cdi_specs") or {}, facts.get("driver_version_kernel"),
+                       facts.get("gpu_count"), opts["cdi_spec_path"]),
+        check_cdi_list(captures.get("cdi_list"), captures.get("ctk_path")),
+    ]
+    host_uuids = [g.get("uuid") for g in facts.get("gpus") or [] if g.get("uuid")]
+    docker_ok = checks[5]["status"] == "ok"
+    if not opts["container_check"]:
+        checks.append(result("container_gpus", "container", "skipped", "container check disabled (container_check)",
+                             ev=evidence("docker run --rm --gpus all %s nvidia-smi -L" % opts["check_image"])))
+    elif not docker_ok:
+        checks.append(result("container_gpus", "container", "skipped", "docker is not running (docker layer)",
+                             ev=evidence("docker run --rm --gpus all %s nvidia-smi -L" % opts["check_image"])))
+    else:
+        checks.append(check_container(captures.get("container_gpus"), host_uuids, opts["check_image"], "gpus"))
+    if captures.get("container_cdi") is not None:
+        checks.append(check_container(captures["container_cdi"], host_uuids, opts["check_image"], "cdi"))
+    else:
+        checks.append(result("container_cdi", "container", "skipped", captures.get("container_cdi_skipped")
+                             or "not run", ev=evidence("docker run --rm --device nvidia.com/gpu=all %s nvidia-smi -L"
+                                                       % opts["check_image"])))
+    checks += [
+        check_zombies(facts, gpu_caps),
+        check_throttle(facts, gpu_caps, opts["benign_clock_reasons"]),
+        check_xid(captures.get("kernel_log"), opts["kernel_log_command_text"]),
+    ]
+    out = summarise(checks, opts["required_layers"])
+    out.update({
+        "driver_version": facts.get("driver_version_kernel") or facts.get("driver_version_userspace"),
+        "gpu_count": facts.get("gpu_count"), "gpu_state": facts.get("state"),
+        "gpus": [{"index": g.get("index"), "name": g.get("name"), "uuid": g.get("uuid")}
+                 for g in facts.get("gpus") or []],
+        "docker_version": (checks[5]["data"] or {}).get("version"),
+        "toolkit_version": (checks[6]["data"] or {}).get("nvidia_ctk_version"),
+        "cdi_devices": (checks[9]["data"] or {}).get("devices", []),
+        "xids": next(c for c in out["checks"] if c["name"] == "xid")["data"].get("xids", []),
+    })
+    return out
+
+
+DEFAULT_OPTIONS = {
+    "required_layers": DEFAULT_REQUIRED_LAYERS,
+    "check_image": DEFAULT_CHECK_IMAGE,
+    "container_check": True,
+    "cdi_container_check": "auto",
+    "kernel_log_command": ["dmesg"],
+    "kernel_log_command_text": "dmesg",
+    "cdi_spec_path": DEFAULT_CDI_SPEC,
+    "toolkit_packages": DEFAULT_TOOLKIT_PACKAGES,
+    "docker_config": DEFAULT_DOCKER_CONFIG,
+    "benign_clock_reasons": BENIGN_CLOCK_REASONS,
+    "nvidia_smi_path": None,
+    "proc_version_path": DEFAULT_PROC_VERSION,
+}
+
+
+def kernel_log_argv(value):
+    """kernel_log_command as an argv list (a string is split like a shell would, without a shell)."""
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return shlex.split(str(value or "dmesg"))
+
+
+# ---------------------------------------------------------------------------------------------
+# capture: what runs on the host (all of it read-only; the container check is a --rm container)
+
+
+def _run(io, argv):
+    rc, out, err = io.run(argv)
+    return {"argv": list(argv), "rc": rc, "stdout": out or "", "stderr": err or ""}
+
+
+def _node(io, path):
+    st = io.stat(path)
+    if st is None:
+        return None
+    mode = st.st_mode
+    if stat_mod.S_ISCHR(mode):
+        kind = "char"
+    elif stat_mod.S_ISBLK(mode):
+        kind = "block"
+    elif stat_mod.S_ISDIR(mode):
+        kind = "directory"
+    else:
+        kind = "file"
+    return {"kind": kind, "major": os.major(st.st_rdev), "minor": os.minor(st.st_rdev)}
+
+
+def _spec_files(io):
+    found = {}
+    for directory in CDI_DIRS:
+        for name in io.listdir(directory) or []:
+            if name.endswith((".yaml", ".yml", ".json")):
+                path = directory.rstrip("/") + "/" + name
+                text = io.read(path)
+                if text is not None:
+                    found[path] = text
+    return found
+
+
+def capture(io, options=None):
+    """Run what the host has (read-only) and return the raw captures for evaluate()."""
+    opts = dict(DEFAULT_OPTIONS, **(options or {}))
+    caps = {}
+    gpu = capture_gpu(io, opts["nvidia_smi_path"], opts["proc_version_path"])
+    caps["gpu"] = gpu
+    caps["pid_exists"] = lambda pid: io.exists("/proc/%d" % int(pid))
+    facts = build_facts(gpu, pid_exists=caps["pid_exists"])
+    caps["facts"] = facts
+    nodes = {}
+    for name in io.listdir("/dev") or []:
+        if name.startswith("nvidia"):
+            nodes["/dev/" + name] = _node(io, "/dev/" + name)
+    for gpu_fact in facts.get("gpus") or []:
+        if gpu_fact.get("minor_number") is not None:
+            path = "/dev/nvidia%d" % gpu_fact["minor_number"]
+            nodes.setdefault(path, _node(io, path))
+    for path in ("/dev/nvidiactl", "/dev/nvidia-uvm"):
+        nodes.setdefault(path, _node(io, path))
+    caps["nodes"] = dict((p, n) for p, n in nodes.items() if n is not None)
+    caps["proc_devices"] = io.read("/proc/devices")
+    systemctl = io.which("systemctl")
+    if systemctl:
+        rc, out, _err = io.run([systemctl, "is-active", "nvidia-persistenced"])
+        caps["persistenced_active"] = (out or "").strip() or None
+    docker = io.which("docker")
+    caps["docker_path"] = docker
+    if docker:
+        caps["docker_info"] = _run(io, [docker, "info", "--format", "{{json .}}"])
+    caps["daemon_json"] = io.read(opts["docker_config"])
+    dpkg_query = io.which("dpkg-query")
+    if dpkg_query:
+        caps["dpkg"] = _run(io, [dpkg_query, "-W", "-f", "${Package}\t${db:Status-Abbrev}\t${Version}\n"]
+                            + list(opts["toolkit_packages"]))
+    ctk = io.which("nvidia-ctk")
+    caps["ctk_path"] = ctk
+    caps["hook_path"] = io.which("nvidia-container-runtime-hook")
+    info, _error = parse_docker_info(caps.get("docker_info")) if docker else (None, None)
+    if info and "nvidia" in (info.get("Runtimes") or {}):
+        runtime = info["Runtimes"]["nvidia"]
+        path = runtime.get("path") if isinstance(runtime, dict) else None
+        if path:
+            caps["runtime_bin_found"] = bool(io.exists(path) if path.startswith("/") else io.which(path))
+    if ctk:
+        caps["ctk_version"] = _run(io, [ctk, "--version"])
+        caps["cdi_list"] = _run(io, [ctk, "cdi", "list"])
+    caps["cdi_specs"] = _spec_files(io)
+    if info and opts["container_check"]:
+        # --pull never: a missing image is reported, never fetched (Docker 20.10+).
+        base = [docker, "run", "--rm", "--pull", "never", "--network", "none"]
+        caps["container_gpus"] = _run(io, base + ["--gpus", "all", opts["check_image"], "nvidia-smi", "-L"])
+        try:
+            config = parse_daemon_json(caps.get("daemon_json"))
+        except DaemonJsonError:
+            config = {}
+        mode = opts["cdi_container_check"]
+        if mode == "always" or (mode == "auto" and cdi_enabled(info, config)):
+            caps["container_cdi"] = _run(io, base + ["--device", "nvidia.com/gpu=all", opts["check_image"],
+                                                     "nvidia-smi", "-L"])
+        else:
+            caps["container_cdi_skipped"] = (
+                "CDI check disabled (cdi_container_check: never)" if mode == "never" else
+                "docker %s does not resolve CDI devices (needs 25+ with features.cdi)" % info.get("ServerVersion"))
+    elif not opts["container_check"]:
+        caps["container_cdi_skipped"] = "container check disabled (container_check)"
+    else:
+        caps["container_cdi_skipped"] = "docker is not running (docker layer)"
+    argv = kernel_log_argv(opts["kernel_log_command"])
+    exe = argv[0] if argv[0].startswith("/") else io.which(argv[0])
+    if exe:
+        caps["kernel_log"] = _run(io, [exe] + argv[1:])
+    else:
+        caps["kernel_log"] = {"argv": argv, "rc": 127, "stdout": "", "stderr": "%s: not found" % argv[0]}
+    return caps

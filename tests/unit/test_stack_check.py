@@ -1,0 +1,603 @@
+"""gpu_stack_check's decisions (module_utils/stack_check.py), each check on real outputs.
+
+Real outputs: tests/fixtures/nvidia_smi (nvidia-smi), host/ (lspci, /proc/driver/nvidia/version),
+nvidia_ctk/ (nvidia-ctk 1.20.0: CDI spec, `cdi list`, daemon.json). Where the corpus has no capture
+(docker's error texts, Xid lines, dpkg-query), the text is the tool's own wording, cited in the test.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import stack_check as sc
+from conftest import FIXTURES, ROOT
+
+SMI = os.path.join(FIXTURES, "nvidia_smi")
+HOST = os.path.join(FIXTURES, "host")
+CTK = os.path.join(FIXTURES, "nvidia_ctk")
+
+# The format the simulator and the real open driver write (DESIGN.md "Boot"; host fixture 550.54.15).
+PROC_580 = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  "
+            "(dvs-builder@U16-I3-B03-4-3)  Thu Sep 18 09:55:41 UTC 2025\n"
+            "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n")
+
+
+def load(directory, name):
+    with open(os.path.join(directory, name), encoding="utf-8", newline="") as handle:
+        return handle.read()
+
+
+def cap(argv, rc=0, stdout="", stderr=""):
+    return {"argv": list(argv), "rc": rc, "stdout": stdout, "stderr": stderr}
+
+
+def gpu_captures(smi_name=None, smi_text=None, smi_rc=0, lspci=None, proc=None, smi_path="/usr/bin/nvidia-smi"):
+    """Captures in the shape gpu_facts.capture() returns, from fixtures."""
+    text = smi_text if smi_text is not None else (load(SMI, smi_name) if smi_name else "")
+    # nvidia-smi prints its error texts on stdout, as the captures show.
+    smi = [{"kind": "xml", "argv": [smi_path, "-q", "-x"], "rc": smi_rc, "stdout": text, "stderr": "",
+            "fields": None}] if smi_path else []
+    return {"nvidia_smi_path": smi_path, "nvidia_smi_requested": None, "smi": smi,
+            "lspci": cap(["/usr/bin/lspci", "-nn", "-D"], 0, load(HOST, lspci)) if lspci else None,
+            "sysfs_pci": None if lspci else [], "proc_version": proc,
+            "proc_version_path": "/proc/driver/nvidia/version"}
+
+
+def facts_of(caps, alive=True):
+    return sc.build_facts(caps, pid_exists=lambda pid: alive)
+
+
+# --- driver layer ------------------------------------------------------------------------------
+
+def test_pci_lists_the_gpus_with_the_lspci_lines():
+    caps = gpu_captures(lspci="lspci-nn-D_4xRTXPRO6000-server_rocky10.txt", smi_path=None)
+    check = sc.check_pci(facts_of(caps), caps["lspci"])
+    assert check["status"] == "ok" and check["layer"] == "driver"
+    assert "4 NVIDIA GPU(s)" in check["summary"] and "RTX PRO 6000 Blackwell Server Edition" in check["summary"]
+    assert len(check["evidence"]["lines"]) == 4 and all("[10de:2bb5]" in l for l in check["evidence"]["lines"])
+    assert check["evidence"]["command"] == "/usr/bin/lspci -nn -D"
+
+
+def test_pci_no_gpu_on_the_bus_fails_with_a_passthrough_hint():
+    caps = gpu_captures(smi_path=None)
+    caps["lspci"] = cap(["/usr/bin/lspci", "-nn", "-D"], 0,
+                        "00:00.0 Host bridge [0600]: Intel Corporation 440FX [8086:1237] (rev 02)\n")
+    check = sc.check_pci(facts_of(caps), caps["lspci"])
+    assert check["status"] == "fail" and "passed through" in check["remedy"]
+
+
+def test_kernel_module_open_and_proprietary_from_the_proc_file():
+    facts = {"pci_devices": []}
+    open_ = sc.check_kernel_module(load(HOST, "proc-driver-nvidia-version_open_550.54.15.txt"), facts)
+    assert open_["status"] == "ok" and "open kernel module 550.54.15" in open_["summary"]
+    assert open_["evidence"]["lines"][0].startswith("NVRM version: NVIDIA UNIX Open Kernel Module")
+    prop = sc.check_kernel_module(load(HOST, "proc-driver-nvidia-version_proprietary_515.76.txt"), facts)
+    assert prop["status"] == "ok" and prop["data"]["flavor"] == "proprietary"
+
+
+def test_kernel_module_not_loaded_vs_not_installed():
+    installed = sc.check_kernel_module(None, {"nvidia_smi_path": "/usr/bin/nvidia-smi", "pci_devices": []})
+    assert installed["status"] == "fail" and "modprobe nvidia" in installed["remedy"]
+    absent = sc.check_kernel_module(None, {"nvidia_smi_path": None, "state": "no_driver", "pci_devices": []})
+    assert absent["status"] == "fail" and "--tags driver" in absent["remedy"]
+    assert "no driver userspace" in absent["summary"]
+
+
+def test_blackwell_needs_the_open_modules():
+    caps = gpu_captures(lspci="lspci-nn-D_4xRTXPRO6000-server_rocky10.txt", smi_path=None)
+    check = sc.check_kernel_module(load(HOST, "proc-driver-nvidia-version_proprietary_515.76.txt"), facts_of(caps))
+    assert check["status"] == "fail" and "open kernel modules" in check["summary"]
+
+
+def nodes(gpus=2, uvm=508, skip=(), wrong=None):
+    found = dict(("/dev/nvidia%d" % i, {"kind": "char", "major": 195, "minor": i}) for i in range(gpus))
+    found["/dev/nvidiactl"] = {"kind": "char", "major": 195, "minor": 255}
+    found["/dev/nvidia-uvm"] = {"kind": "char", "major": uvm, "minor": 0}
+    found["/dev/nvidia-uvm-tools"] = {"kind": "char", "major": uvm, "minor": 1}
+    found.update(wrong or {})
+    for path in skip:
+        found.pop(path)
+    return found
+
+
+def test_device_nodes_ok_with_the_majors_and_minors():
+    facts = {"gpus": [{"minor_number": 0}, {"minor_number": 1}], "gpu_count": 2}
+    check = sc.check_device_nodes(nodes(), facts, "195 nvidia-frontend\n508 nvidia-uvm\n")
+    assert check["status"] == "ok"
+    assert "crw 195, 255 /dev/nvidiactl" in check["evidence"]["lines"]
+
+
+def test_device_nodes_missing_and_wrong():
+    facts = {"gpus": [{"minor_number": 0}, {"minor_number": 1}], "gpu_count": 2}
+    missing = sc.check_device_nodes(nodes(skip=["/dev/nvidia1"]), facts)
+    assert missing["status"] == "fail" and "missing /dev/nvidia1" in missing["summary"]
+    assert "create-device-nodes" in missing["remedy"]
+    assert "/dev/nvidia1: no such file" in missing["evidence"]["lines"]
+    wrong = sc.check_device_nodes(nodes(wrong={"/dev/nvidiactl": {"kind": "char", "major": 195, "minor": 0}}), facts)
+    assert wrong["status"] == "fail" and "/dev/nvidiactl is c 195 0, expected c 195 255" in wrong["summary"]
+    assert wrong["remedy"].startswith("remove the wrong node(s) (`rm /dev/nvidiactl`)")
+    uvm = sc.check_device_nodes(nodes(), facts, "509 nvidia-uvm\n")
+    assert uvm["status"] == "fail" and "expected c 509 0" in uvm["summary"]
+
+
+def test_device_nodes_uvm_tools_missing_is_a_warning_and_no_module_skips():
+    facts = {"gpus": [{"minor_number": 0}, {"minor_number": 1}]}
+    assert sc.check_device_nodes(nodes(skip=["/dev/nvidia-uvm-tools"]), facts)["status"] == "warn"
+    assert sc.check_device_nodes({}, facts, module_loaded=False)["status"] == "skipped"
+
+
+def test_uvm_major_from_proc_devices():
+    assert sc.uvm_major("Character devices:\n  1 mem\n195 nvidia-frontend\n511 nvidia-uvm\n") == 511
+    assert sc.uvm_major("Character devices:\n  1 mem\n") is None
+
+
+def test_nvml_ok_on_a_real_xml_with_a_matching_module():
+    proc = PROC_580.replace("580.95.05", "590.44.01")
+    caps = gpu_captures("043_qx_590.44.01_RTX-PRO-6000-Blackwell_v13.xml", proc=proc)
+    check = sc.check_nvml(facts_of(caps), caps)
+    assert check["status"] == "ok", check
+    assert "<driver_version>590.44.01</driver_version>" in check["evidence"]["lines"]
+
+
+def test_nvml_real_xml_against_another_module_warns():
+    # A10G at 515.105.01 with the 515.76 module file from another host: the versions differ.
+    caps = gpu_captures("041_qx_515.105.01_A10G.xml",
+                        proc=load(HOST, "proc-driver-nvidia-version_proprietary_515.76.txt"))
+    check = sc.check_nvml(facts_of(caps), caps)
+    assert check["status"] == "warn" and "differs from userspace" in check["summary"]
+
+
+@pytest.mark.parametrize("name", ["029_error_nvml-version-mismatch_570.124.txt",
+                                  "030_error_nvml-version-mismatch_550.144.txt"])
+def test_nvml_mismatch_says_reboot_or_reload(name):
+    caps = gpu_captures(name, smi_rc=18, proc=PROC_580)
+    check = sc.check_nvml(facts_of(caps), caps)
+    assert check["status"] == "fail" and "mismatch" in check["summary"]
+    assert "kernel module 580.95.05" in check["summary"]
+    assert check["remedy"].startswith("reboot") and "rmmod" in check["remedy"]
+    assert any("version mismatch" in l for l in check["evidence"]["lines"])
+
+
+def test_nvml_cannot_communicate_means_module_not_loaded():
+    caps = gpu_captures("032_error_couldnt-communicate-with-driver.txt", smi_rc=9)
+    check = sc.check_nvml(facts_of(caps), caps)
+    assert check["status"] == "fail" and "modprobe nvidia" in check["remedy"]
+
+
+def test_persistence_off_on_a_real_xml():
+    caps = gpu_captures("041_qx_515.105.01_A10G.xml", proc=PROC_580.replace("580.95.05", "515.105.01"))
+    check = sc.check_persistence(facts_of(caps), caps, persistenced_active="inactive")
+    assert check["status"] == "fail" and check["layer"] == "persistence"
+    assert "GPU 0" in check["summary"] and "nvidia-persistenced is inactive" in check["summary"]
+    assert "<persistence_mode>Disabled</persistence_mode>" in check["evidence"]["lines"]
+    assert "systemctl enable --now nvidia-persistenced" in check["remedy"]
+
+
+def test_persistence_on_on_a_real_xml():
+    caps = gpu_captures("043_qx_590.44.01_RTX-PRO-6000-Blackwell_v13.xml", proc=PROC_580.replace("580.95.05", "590.44.01"))
+    assert sc.check_persistence(facts_of(caps), caps)["status"] == "ok"
+
+
+# --- docker, toolkit, runtime ------------------------------------------------------------------
+
+DOCKER_INFO = {"ServerVersion": "26.1.5+dfsg1", "Driver": "overlay2", "DefaultRuntime": "runc",
+               "Runtimes": {"io.containerd.runc.v2": {"path": "runc"}, "nvidia": {"path": "nvidia-container-runtime"},
+                            "runc": {"path": "runc"}}}
+INFO_CMD = ["/usr/bin/docker", "info", "--format", "{{json .}}"]
+
+
+def test_docker_up_down_absent():
+    up = sc.check_docker(cap(INFO_CMD, 0, json.dumps(DOCKER_INFO)), "/usr/bin/docker")
+    assert up["status"] == "ok" and "26.1.5" in up["summary"]
+    # docker's own text when the socket has no daemon behind it
+    down = sc.check_docker(cap(INFO_CMD, 1, "", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+                                                "Is the docker daemon running?\n"), "/usr/bin/docker")
+    assert down["status"] == "fail" and "systemctl enable --now docker" in down["remedy"]
+    assert "Is the docker daemon running?" in down["evidence"]["lines"][0]
+    # 20.10's client prints the JSON with ServerErrors and exits 0... or 1; both are down.
+    info = {"ServerErrors": ["Cannot connect to the Docker daemon at unix:///var/run/docker.sock."]}
+    assert sc.check_docker(cap(INFO_CMD, 0, json.dumps(info)), "/usr/bin/docker")["status"] == "fail"
+    absent = sc.check_docker(None, None)
+    assert absent["status"] == "fail" and "--tags docker" in absent["remedy"]
+
+
+def test_runtime_registered():
+    daemon = load(CTK, "docker_configure_existing-keys.json")
+    check = sc.check_runtime(cap(INFO_CMD, 0, json.dumps(DOCKER_INFO)), daemon, True)
+    assert check["status"] == "ok" and check["layer"] == "runtime_config"
+
+
+def test_runtime_not_registered_names_configure_and_restart():
+    info = dict(DOCKER_INFO, Runtimes={"runc": {"path": "runc"}})
+    check = sc.check_runtime(cap(INFO_CMD, 0, json.dumps(info)), '{"log-opts": {"max-size": "10m"}}')
+    assert check["status"] == "fail"
+    assert check["summary"] == "nvidia runtime not registered with docker"
+    assert check["remedy"] == "run `nvidia-ctk runtime configure --runtime=docker` and restart docker"
+
+
+def test_runtime_configured_but_docker_not_restarted():
+    info = dict(DOCKER_INFO, Runtimes={"runc": {"path": "runc"}})
+    check = sc.check_runtime(cap(INFO_CMD, 0, json.dumps(info)), load(CTK, "docker_configure_missing-file.json"))
+    assert check["status"] == "fail" and check["remedy"].startswith("restart docker")
+
+
+def test_runtime_skipped_when_docker_is_down_and_cdi_detection():
+    down = sc.check_runtime(cap(INFO_CMD, 1, "", "Cannot connect to the Docker daemon"), None)
+    assert down["status"] == "skipped"
+    cdi = json.loads(load(CTK, "docker_configure_cdi-enabled.json"))
+    assert sc.cdi_enabled(DOCKER_INFO, cdi) is True
+    assert sc.cdi_enabled(DOCKER_INFO, {}) is False
+    assert sc.cdi_enabled(dict(DOCKER_INFO, ServerVersion="20.10.24+dfsg1"), cdi) is False
+    assert sc.cdi_enabled(dict(DOCKER_INFO, ServerVersion="28.0.1"), {}) is True
+
+
+DPKG_CMD = ["/usr/bin/dpkg-query", "-W", "-f", "${Package}\t${db:Status-Abbrev}\t${Version}\n"]
+
+
+def test_toolkit_packages_installed():
+    out = ("nvidia-container-toolkit\tii \t1.18.0-1\nnvidia-container-toolkit-base\tii \t1.18.0-1\n"
+           "libnvidia-container-tools\tii \t1.18.0-1\nlibnvidia-container1:amd64\tii \t1.18.0-1\n")
+    ctk = cap(["/usr/bin/nvidia-ctk", "--version"], 0, "NVIDIA Container Toolkit CLI version 1.18.0\n"
+                                                       "commit: f8daa5e26de9fd7eb79259040b6dd5a52060048c\n")
+    check = sc.check_toolkit(cap(DPKG_CMD, 0, out), ctk, "/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-runtime-hook")
+    assert check["status"] == "ok" and "1.18.0-1" in check["summary"] and check["data"]["nvidia_ctk_version"] == "1.18.0"
+
+
+def test_toolkit_removed_package_and_missing_binaries():
+    # dpkg-query's own wording for an unknown name (stderr, exit 1); 'rc' = removed, config files left.
+    out = "nvidia-container-toolkit\trc \t1.18.0-1\nlibnvidia-container1:amd64\tii \t1.18.0-1\n"
+    err = ("dpkg-query: no packages found matching nvidia-container-toolkit-base\n"
+           "dpkg-query: no packages found matching libnvidia-container-tools\n")
+    check = sc.check_toolkit(cap(DPKG_CMD, 1, out, err), None, None, None)
+    assert check["status"] == "fail" and check["layer"] == "toolkit"
+    assert "not installed: nvidia-container-toolkit, nvidia-container-toolkit-base, libnvidia-container-tools" \
+        in check["summary"]
+    assert "nvidia-ctk not found" in check["summary"] and "--tags toolkit" in check["remedy"]
+
+
+def test_toolkit_versions_not_pinned_together_warns():
+    out = ("nvidia-container-toolkit\tii \t1.18.0-1\nnvidia-container-toolkit-base\tii \t1.17.8-1\n"
+           "libnvidia-container-tools\tii \t1.18.0-1\nlibnvidia-container1\tii \t1.18.0-1\n")
+    check = sc.check_toolkit(cap(DPKG_CMD, 0, out), cap(["nvidia-ctk", "--version"], 0, "version 1.17.8"),
+                             "/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-runtime-hook")
+    assert check["status"] == "warn"
+
+
+# --- CDI ---------------------------------------------------------------------------------------
+
+def spec_text():
+    return load(CTK, "cdi-generate_mock-A100_nvidia.yaml")
+
+
+def test_cdi_spec_fresh():
+    check = sc.check_cdi_spec({"/etc/cdi/nvidia.yaml": spec_text()}, "999.88.77", 1)
+    assert check["status"] == "ok" and "fresh for driver 999.88.77" in check["summary"]
+
+
+def test_cdi_spec_missing():
+    check = sc.check_cdi_spec({}, "580.95.05", 1)
+    assert check["status"] == "fail" and "no CDI spec at /etc/cdi/nvidia.yaml" in check["summary"]
+    assert "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml" in check["remedy"]
+    only_run = sc.check_cdi_spec({"/var/run/cdi/nvidia.yaml": spec_text()}, "999.88.77", 1)
+    assert "only /var/run/cdi/nvidia.yaml (wiped at reboot)" in only_run["summary"]
+
+
+def test_cdi_spec_stale_after_an_upgrade():
+    check = sc.check_cdi_spec({"/etc/cdi/nvidia.yaml": spec_text()}, "580.105.08", 1)
+    assert check["status"] == "fail" and "stale" in check["summary"]
+    assert "999.88.77" in check["summary"] and "580.105.08" in check["summary"]
+    assert "regenerate it for the loaded driver" in check["remedy"]
+
+
+def test_cdi_spec_shadowed_by_var_run():
+    check = sc.check_cdi_spec({"/etc/cdi/nvidia.yaml": spec_text(), "/var/run/cdi/nvidia.yaml": spec_text()},
+                              "999.88.77", 1)
+    assert check["status"] == "fail" and check["data"]["shadowed_by"] == ["/var/run/cdi/nvidia.yaml"]
+    assert "remove /var/run/cdi/nvidia.yaml" in check["remedy"] and "NVIDIA_CTK_CDI_OUTPUT_FILE_PATH" in check["remedy"]
+
+
+def test_cdi_spec_malformed_and_too_few_gpus():
+    bad = sc.check_cdi_spec({"/etc/cdi/nvidia.yaml": load(CTK, "docker_configure_missing-file.json")}, "1.0", 1)
+    assert bad["status"] == "fail" and "not a CDI spec" in bad["summary"]
+    few = sc.check_cdi_spec({"/etc/cdi/nvidia.yaml": spec_text()}, "999.88.77", 2)
+    assert few["status"] == "fail" and "lists 1 GPU(s), nvidia-smi lists 2" in few["summary"]
+
+
+def test_cdi_list_real_outputs():
+    ok = sc.check_cdi_list(cap(["/usr/bin/nvidia-ctk", "cdi", "list"], 0, load(CTK, "cdi-list_with-spec.stdout")),
+                           "/usr/bin/nvidia-ctk")
+    assert ok["status"] == "ok" and "nvidia.com/gpu=all" in ok["data"]["devices"]
+    none = sc.check_cdi_list(cap(["/usr/bin/nvidia-ctk", "cdi", "list"], 0, "", load(CTK, "cdi-list_no-spec.stderr")),
+                             "/usr/bin/nvidia-ctk")
+    assert none["status"] == "fail" and any("Found 0 CDI devices" in l for l in none["evidence"]["lines"])
+    assert sc.check_cdi_list(None, None)["status"] == "skipped"
+
+
+# --- container ---------------------------------------------------------------------------------
+
+UUIDS = ["GPU-8d163861-7b18-489e-88ea-e453e9eabc3d", "GPU-c121693e-e25c-4a1c-bb55-c4754eefcd14"]
+RUN = ["/usr/bin/docker", "run", "--rm", "--pull", "never", "--network", "none", "--gpus", "all", "img", "nvidia-smi", "-L"]
+
+
+def test_container_lists_the_host_gpus_real_L_output():
+    text = load(SMI, "027_L_590.48.01_H100.txt")
+    uuids = [l.split("UUID: ")[1].rstrip(")\r\n ") for l in text.splitlines() if "UUID: " in l]
+    check = sc.check_container(cap(RUN, 0, text), uuids, "img")
+    assert check["status"] == "ok" and check["data"]["uuids"] == uuids
+
+
+def test_container_sees_fewer_gpus():
+    out = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: %s)\n" % UUIDS[0]
+    check = sc.check_container(cap(RUN, 0, out), UUIDS, "img")
+    assert check["status"] == "fail" and "1 of the host's 2" in check["summary"]
+
+
+# docker's own error texts (docker CLI / daemon / libnvidia-container wording)
+@pytest.mark.parametrize("stderr,cause,status,remedy", [
+    ("docker: Error response from daemon: could not select device driver \"\" with capabilities: [[gpu]].",
+     "no_gpu_driver", "fail", "--tags toolkit"),
+    ("docker: Error response from daemon: unknown or invalid runtime name: nvidia.", "runtime_unknown", "fail",
+     "nvidia-ctk runtime configure"),
+    ("docker: Error response from daemon: failed to create task for container: failed to create shim task: OCI "
+     "runtime create failed: runc create failed: unable to start container process: error during container init: "
+     "error running hook #0: error running hook: exit status 1, stdout: , stderr: Auto-detected mode as 'legacy'\n"
+     "nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown.", "driver", "fail",
+     "driver layer"),
+    ("docker: Error response from daemon: failed to create task for container: failed to create shim task: OCI "
+     "runtime create failed: runc create failed: unable to start container process: exec: \"nvidia-smi\": "
+     "executable file not found in $PATH: unknown.", "no_nvidia_smi", "fail", "NVIDIA_DRIVER_CAPABILITIES"),
+    ("docker: Error response from daemon: could not select device driver \"cdi\" with capabilities: []. "
+     "unresolvable CDI devices nvidia.com/gpu=all.", "no_gpu_driver", "fail", "toolkit"),
+    ("Unable to find image 'img:latest' locally\ndocker: Error response from daemon: No such image: img:latest.",
+     "image_absent", "warn", "docker load"),
+])
+def test_container_failures_are_classified(stderr, cause, status, remedy):
+    check = sc.check_container(cap(RUN, 125, "", stderr), UUIDS, "img")
+    assert check["data"]["cause"] == cause and check["status"] == status
+    assert remedy in check["remedy"]
+
+
+def test_cdi_container_unresolvable():
+    err = ("docker: Error response from daemon: CDI device injection failed: unresolvable CDI devices "
+           "nvidia.com/gpu=all.")
+    check = sc.check_container(cap(RUN, 125, "", err), UUIDS, "img", mode="cdi")
+    assert check["name"] == "container_cdi" and check["data"]["cause"] == "cdi_unresolvable"
+    assert "nvidia-ctk cdi generate" in check["remedy"]
+
+
+# --- health ------------------------------------------------------------------------------------
+
+def test_zombie_memory_on_a_real_xml():
+    # A10G capture: one process (pid 725). Not on this host -> held by nobody.
+    caps = gpu_captures("041_qx_515.105.01_A10G.xml", proc=PROC_580.replace("580.95.05", "515.105.01"))
+    dead = sc.check_zombies(facts_of(caps, alive=False), caps)
+    assert dead["status"] == "fail" and dead["layer"] == "health"
+    assert "725" in dead["summary"] and "fuser -v /dev/nvidia*" in dead["remedy"]
+    alive = sc.check_zombies(facts_of(caps, alive=True), caps)
+    assert alive["status"] == "ok"
+
+
+def test_gpu_idle_is_not_throttling_on_a_real_xml():
+    caps = gpu_captures("041_qx_515.105.01_A10G.xml", proc=PROC_580.replace("580.95.05", "515.105.01"))
+    facts = facts_of(caps)
+    assert facts["gpus"][0]["clocks_event_reasons_active"] == ["gpu_idle"]
+    assert sc.check_throttle(facts, caps)["status"] == "ok"
+
+
+def test_thermal_throttling_names_cooling():
+    facts = {"state": "ok", "gpus": [{"index": 0, "clocks_event_reasons_active": ["gpu_idle"]},
+                                     {"index": 1, "clocks_event_reasons_active": ["hw_thermal_slowdown"]}]}
+    check = sc.check_throttle(facts, {"smi": []})
+    assert check["status"] == "fail" and "GPU 1 hw_thermal_slowdown" in check["summary"]
+    assert "cooling" in check["remedy"]
+
+
+# Xid lines: the simulator's format (DESIGN.md "Kernel log"), and public kernel logs: a row-remapper
+# line quoted in stas00/ml-engineering (debug.md), a journalctl capture from kohsuke's gist
+# (84ce815d0a8ad85ecaf6), a Xid 79 from NVIDIA/open-gpu-kernel-modules#1151.
+KMSG = """\
+[    3.500000] NVRM: Xid (PCI:0000:17:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+[    3.500731] NVRM: GPU 0000:17:00.0: GPU has fallen off the bus.
+[ 1843.308145] NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate.
+Dec 23 23:30:56 rescue kernel: [ 179.437933] NVRM: Xid (PCI:0000:01:00): 32, Channel ID 00000005 intr 00008000
+May 18 19:02:39 kernel: NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus.
+[  200.1] NVRM: Xid (PCI:0000:17:00): 13, pid=4242, name=python3, Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0)
+"""
+
+
+def test_parse_xids():
+    events = sc.parse_xids(KMSG)
+    assert [e["code"] for e in events] == [79, 63, 32, 79, 13]
+    assert events[0]["pci"] == "0000:17:00" and events[0]["pid"] is None and events[0]["name"] is None
+    assert events[0]["message"] == "GPU has fallen off the bus."
+    assert events[1]["pid"] == 1896 and events[1]["message"].startswith("Row Remapper")
+    assert events[4]["pid"] == 4242 and events[4]["name"] == "python3"
+
+
+def test_xid_check_names_the_worst_and_its_meaning():
+    check = sc.check_xid(cap(["/usr/bin/dmesg"], 0, KMSG))
+    assert check["status"] == "fail" and check["layer"] == "health"
+    codes = dict((x["code"], x) for x in check["data"]["xids"])
+    assert codes[79]["count"] == 2 and codes[79]["description"] == "GPU has fallen off the bus"
+    assert codes[63]["action"] == "WATCH" and codes[13]["action"] == "RESTART_APP"
+    assert check["remedy"].startswith("Xid 79") and "reboot" in check["remedy"]
+    assert len(check["evidence"]["lines"]) == 5
+
+
+def test_xid_catalogue_covers_the_common_codes():
+    for code in (13, 31, 43, 45, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120):
+        assert code in sc.XID_CATALOGUE, code
+        assert sc.XID_CATALOGUE[code][2] in sc.XID_ACTIONS
+
+
+def test_xid_none_only_45_and_unreadable():
+    assert sc.check_xid(cap(["dmesg"], 0, "[    0.0] Linux version 6.1\n"))["status"] == "ok"
+    only45 = sc.check_xid(cap(["dmesg"], 0, "NVRM: Xid (PCI:0000:17:00): 45, pid=1, name=x, Ch 00000010\n"))
+    assert only45["status"] == "ok" and only45["data"]["xids"][0]["code"] == 45
+    # util-linux's wording when dmesg_restrict is set
+    denied = sc.check_xid(cap(["dmesg"], 1, "", "dmesg: read kernel buffer failed: Operation not permitted\n"))
+    assert denied["status"] == "warn" and "journalctl -k" in denied["remedy"]
+
+
+# --- layers, first failure ---------------------------------------------------------------------
+
+def mk(name, layer, status, summary="s", remedy="r"):
+    return sc.result(name, layer, status, summary, remedy=remedy)
+
+
+def test_first_failing_required_layer_and_its_message():
+    checks = [mk("pci", "driver", "ok"), mk("docker", "docker", "ok"),
+              sc.result("runtime", "runtime_config", "fail", "nvidia runtime not registered with docker",
+                        remedy=sc.REMEDY_CONFIGURE),
+              mk("cdi_spec", "cdi", "fail"), mk("xid", "health", "fail")]
+    out = sc.summarise(checks)
+    assert out["failed_layer"] == "runtime_config" and not out["ok"]
+    assert out["message"] == ("toolkit configuration: nvidia runtime not registered with docker — run "
+                              "`nvidia-ctk runtime configure --runtime=docker` and restart docker")
+    assert out["layers"]["health"]["status"] == "warn" and out["layers"]["cdi"]["status"] == "fail"
+    assert [l for l in sc.LAYERS if l not in out["layers"]] == []
+
+
+def test_health_fails_only_when_required():
+    checks = [mk("pci", "driver", "ok"), mk("xid", "health", "fail", "Xid 79")]
+    out = sc.summarise(checks)
+    assert out["failed_layer"] is None and out["ok"] and "warnings" in out["message"]
+    assert out["checks"][1]["status"] == "warn" and out["checks"][1]["required"] is False
+    required = sc.summarise(checks, list(sc.LAYERS))
+    assert required["failed_layer"] == "health"
+
+
+def test_statuses_are_checked():
+    with pytest.raises(ValueError):
+        sc.result("x", "driver", "broken", "s")
+    with pytest.raises(ValueError):
+        sc.result("x", "nowhere", "ok", "s")
+
+
+def test_kernel_log_argv():
+    assert sc.kernel_log_argv("journalctl -k -b --no-pager") == ["journalctl", "-k", "-b", "--no-pager"]
+    assert sc.kernel_log_argv(["/usr/local/bin/gpusim", "kmsg"]) == ["/usr/local/bin/gpusim", "kmsg"]
+
+
+# --- the whole pipeline on a fake host, and the module's documentation ------------------------
+
+class FakeIO(object):
+    def __init__(self, commands, files, dirs, nodes_):
+        self.commands, self.files, self.dirs, self.nodes = commands, files, dirs, nodes_
+        self.ran = []
+
+    def which(self, name):
+        return "/usr/bin/" + name if any(k[0] == "/usr/bin/" + name for k in self.commands) else None
+
+    def run(self, argv):
+        self.ran.append(list(argv))
+        for key, value in self.commands.items():
+            if tuple(argv[:len(key)]) == key:
+                return value
+        return 127, "", "%s: not found" % argv[0]
+
+    def read(self, path):
+        return self.files.get(path)
+
+    def listdir(self, path):
+        return self.dirs.get(path)
+
+    def exists(self, path):
+        return path in self.files or path in self.dirs
+
+    def stat(self, path):
+        node = self.nodes.get(path)
+        if node is None:
+            return None
+
+        class St(object):
+            st_mode = 0o20666
+            st_rdev = os.makedev(node["major"], node["minor"])
+        return St()
+
+
+def healthy_host():
+    xml = load(SMI, "043_qx_590.44.01_RTX-PRO-6000-Blackwell_v13.xml")
+    uuid = "GPU-12345678-aaaa-bbbb-cccc-0123456789ab"
+    spec = spec_text().replace("999.88.77", "590.44.01")
+    dpkg = "".join("%s\tii \t1.18.0-1\n" % p for p in sc.DEFAULT_TOOLKIT_PACKAGES)
+    commands = {
+        ("/usr/bin/nvidia-smi", "-q", "-x"): (0, xml, ""),
+        ("/usr/bin/lspci",): (0, load(HOST, "lspci-nn-D_GB10-dgx-spark.txt"), ""),
+        ("/usr/bin/systemctl",): (0, "active\n", ""),
+        ("/usr/bin/docker", "info"): (0, json.dumps(DOCKER_INFO), ""),
+        ("/usr/bin/dpkg-query",): (0, dpkg, ""),
+        ("/usr/bin/nvidia-ctk", "--version"): (0, "NVIDIA Container Toolkit CLI version 1.18.0\n", ""),
+        ("/usr/bin/nvidia-ctk", "cdi", "list"): (0, load(CTK, "cdi-list_with-spec.stdout"), ""),
+        ("/usr/bin/docker", "run"): (0, "GPU 0: NVIDIA RTX PRO 6000 (UUID: %s)\n" % uuid, ""),
+        ("/usr/bin/dmesg",): (0, "[    0.000000] Linux version 6.12\n", ""),
+        ("/usr/bin/nvidia-container-runtime-hook",): (0, "", ""),
+        ("/usr/bin/nvidia-container-runtime",): (0, "", ""),
+    }
+    files = {"/proc/driver/nvidia/version": PROC_580.replace("580.95.05", "590.44.01"),
+             "/etc/docker/daemon.json": load(CTK, "docker_configure_cdi-enabled.json"),
+             "/etc/cdi/nvidia.yaml": spec, "/proc/devices": "195 nvidia\n508 nvidia-uvm\n"}
+    dirs = {"/dev": ["null", "nvidia0", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"], "/etc/cdi": ["nvidia.yaml"]}
+    return FakeIO(commands, files, dirs, nodes(gpus=1))
+
+
+def test_pipeline_on_a_healthy_fake_host():
+    io = healthy_host()
+    out = sc.evaluate(sc.capture(io, {"check_image": "img"}), {"check_image": "img"})
+    statuses = dict((c["name"], c["status"]) for c in out["checks"])
+    assert out["failed_layer"] is None, out["message"]
+    assert statuses["container_gpus"] == "ok" and statuses["container_cdi"] == "ok"
+    assert statuses["xid"] == "ok" and statuses["nvml"] == "ok"
+    runs = [r for r in io.ran if r[:2] == ["/usr/bin/docker", "run"]]
+    assert len(runs) == 2 and all("--rm" in r and "never" in r for r in runs)
+    assert ["/usr/bin/docker", "run", "--rm", "--pull", "never", "--network", "none", "--device",
+            "nvidia.com/gpu=all", "img", "nvidia-smi", "-L"] in runs
+
+
+def test_pipeline_docker_stopped_skips_the_containers():
+    io = healthy_host()
+    io.commands[("/usr/bin/docker", "info")] = (1, "", "Cannot connect to the Docker daemon at "
+                                                      "unix:///var/run/docker.sock. Is the docker daemon running?")
+    out = sc.evaluate(sc.capture(io, {}), {})
+    assert out["failed_layer"] == "docker" and "systemctl enable --now docker" in out["message"]
+    assert not [r for r in io.ran if r[:2] == ["/usr/bin/docker", "run"]]
+    statuses = dict((c["name"], c["status"]) for c in out["checks"])
+    assert statuses["container_gpus"] == "skipped" and statuses["runtime"] == "skipped"
+
+
+def test_module_documents_every_option_and_return_key():
+    sys.path.insert(0, os.path.join(ROOT, "library"))
+    import yaml
+    import gpu_stack_check as mod
+    doc = yaml.safe_load(mod.DOCUMENTATION)
+    assert set(doc["options"]) == set(mod.ARGUMENT_SPEC)
+    for name, spec in mod.ARGUMENT_SPEC.items():
+        assert doc["options"][name]["type"] == spec["type"], name
+        if "default" in spec:
+            assert doc["options"][name]["default"] == spec["default"], name
+    ret = yaml.safe_load(mod.RETURN)
+    io = healthy_host()
+    out = sc.evaluate(sc.capture(io, {}), {})
+    assert set(out) == set(ret), set(out) ^ set(ret)
+
+
+def test_module_runs_ad_hoc_and_never_fails_a_broken_host(tmp_path):
+    """`ansible localhost -m gpu_stack_check` on this machine (no GPU): data, not a failure."""
+    ansible = os.path.join(os.path.dirname(sys.executable), "ansible")
+    if not os.path.exists(ansible):
+        pytest.skip("ansible not in the venv")
+    env = dict(os.environ, ANSIBLE_LIBRARY=os.path.join(ROOT, "library"),
+               ANSIBLE_MODULE_UTILS=os.path.join(ROOT, "module_utils"), ANSIBLE_STDOUT_CALLBACK="json",
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_LOCALHOST_WARNING="0",
+               ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
+    env.pop("DOCKER_HOST", None)
+    proc = subprocess.run([ansible, "localhost", "-m", "gpu_stack_check", "-a",
+                           "container_check=false kernel_log_command=true"],
+                          cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    assert res["changed"] is False and res["failed_layer"] == "driver"
+    assert [c["name"] for c in res["checks"]][:4] == ["pci", "kernel_module", "device_nodes", "nvml"]
