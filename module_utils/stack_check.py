@@ -309,7 +309,10 @@ def check_nvml(facts, captures):
     if state == "no_driver":
         return result("nvml", "driver", "fail", message, remedy=REMEDY_INSTALL_DRIVER, ev=ev, data=data)
     remedy = REMEDY_RELOAD
-    if "open kernel modules" in message:
+    if "gpu is lost" in message.lower() or "lost a gpu" in message.lower():
+        remedy = ("a GPU fell off the bus (Xid 79): drain the host and reboot it; check PCIe seating, power and "
+                  "thermals (`dmesg | grep -i xid`); RMA if it recurs")
+    elif "open kernel modules" in message:
         remedy = "install the -open driver flavour (site.yml --tags driver) and reboot"
     elif "timed out" in message:
         remedy = "a hung GPU or driver: read `dmesg | grep -i xid`, then reset the GPU or reboot"

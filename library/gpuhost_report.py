@@ -1,0 +1,140 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpuhost_report
+short_description: Write gpu_stack_check results as per-host JSON and a fleet summary (Markdown, HTML)
+description:
+  - Runs where the reports go (the control node, C(delegate_to) localhost). Writes into O(dest) one
+    C(<host>.json) per host (the whole diagnosis), C(summary.md) (a host × layer table with the failed
+    layer and remedy per host), C(summary.html) (the same table coloured by status, then each host's
+    checks with their evidence; self-contained, inline CSS, no external assets) and C(summary.json)
+    (counts and rows).
+  - Host names, evidence and remedies are treated as untrusted text: escaped in Markdown and HTML,
+    host names reduced to C([A-Za-z0-9._-]) in file names.
+version_added: "1.0.0"
+author:
+  - gpuhost maintainers
+options:
+  results:
+    description:
+      - Host name to its gpu_stack_check result. A host without a result (unreachable, failed before the
+        check) may be given as C({unreachable: true, msg: ...}).
+    type: dict
+    required: true
+  dest:
+    description: Directory of the reports; created when missing.
+    type: path
+    required: true
+  title:
+    description: Title of the summaries.
+    type: str
+    default: GPU stack diagnosis
+  generated:
+    description: When the diagnosis ran (printed in the summaries).
+    type: str
+notes:
+  - In check mode it renders and returns the Markdown but writes nothing.
+"""
+
+EXAMPLES = r"""
+- name: Write the fleet report
+  gpuhost_report:
+    results: "{{ dict(groups['gpu_hosts'] | zip(groups['gpu_hosts'] | map('extract', hostvars, 'diagnosis'))) }}"
+    dest: /srv/reports/diagnose-20261202T183000Z
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+markdown:
+  description: The Markdown summary.
+  returned: always
+  type: str
+files:
+  description: Paths written (empty in check mode).
+  returned: always
+  type: list
+  elements: str
+summary:
+  description: C(hosts), C(ok), C(failed), C(failed_by_layer) and C(rows) (per host C(host), C(ok), C(failed_layer), C(statuses), C(message), C(remedy)).
+  returned: always
+  type: dict
+host_files:
+  description: Host name to the file name of its JSON report.
+  returned: always
+  type: dict
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+try:
+    from ansible.module_utils.report_render import fleet_summary, render_html, render_markdown, safe_filename
+except ImportError:  # unit tests put module_utils/ on sys.path
+    from report_render import fleet_summary, render_html, render_markdown, safe_filename
+
+# Keys Ansible adds to a registered result that are not part of the diagnosis.
+_ANSIBLE_KEYS = ("invocation", "changed", "failed", "skipped", "skip_reason", "_ansible_no_log",
+                 "ansible_facts", "warnings", "deprecations")
+
+
+def clean(result):
+    if not isinstance(result, dict):
+        return {"unreachable": True, "msg": "no result"}
+    return dict((k, v) for k, v in result.items() if k not in _ANSIBLE_KEYS and not k.startswith("_ansible"))
+
+
+def write(module, path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(tmp, 0o644)
+    module.atomic_move(tmp, path)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            results=dict(type="dict", required=True),
+            dest=dict(type="path", required=True),
+            title=dict(type="str", default="GPU stack diagnosis"),
+            generated=dict(type="str"),
+        ),
+        supports_check_mode=True,
+    )
+    results = dict((str(host), clean(result)) for host, result in module.params["results"].items())
+    title, generated = module.params["title"], module.params["generated"]
+    markdown = render_markdown(results, title, generated)
+    page = render_html(results, title, generated)
+    summary = fleet_summary(results)
+    taken, host_files = set(["summary"]), {}
+    for host in sorted(results):
+        host_files[host] = safe_filename(host, taken) + ".json"
+    files = []
+    if not module.check_mode:
+        dest = module.params["dest"]
+        if not os.path.isdir(dest):
+            os.makedirs(dest, 0o755)
+        for host in sorted(results):
+            path = os.path.join(dest, host_files[host])
+            write(module, path, json.dumps(dict(results[host], host=host), indent=2, sort_keys=True) + "\n")
+            files.append(path)
+        for name, text in (("summary.md", markdown), ("summary.html", page),
+                           ("summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")):
+            path = os.path.join(dest, name)
+            write(module, path, text)
+            files.append(path)
+    module.exit_json(changed=bool(files), markdown=markdown, files=files, summary=summary, host_files=host_files)
+
+
+if __name__ == "__main__":
+    main()
