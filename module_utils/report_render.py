@@ -73,20 +73,26 @@ def fleet_summary(results):
 # ---------------------------------------------------------------------------------------------
 # Markdown
 
-_MD_SPECIAL = re.compile(r"([\\|*_\[\]<>#])")
+# `_` inside a word (runtime_config, gpu_01) is never emphasis in CommonMark/GFM: only word-edge ones
+# are escaped, so the table stays readable as plain text.
+_MD_SPECIAL = re.compile(r"([\\|*\[\]<>#]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
 
 
-def md_cell(value, limit=None):
-    """Text safe inside a Markdown table cell: one line, `|` and Markdown/HTML syntax escaped.
+def md_cell(value, limit=None, table=True):
+    """Text safe inside a Markdown table cell (or, table=False, a list item): one line, Markdown and
+    HTML syntax escaped.
 
-    Backtick code spans are kept (remedies are commands); `|` is escaped inside them too, as GFM needs.
+    Backtick code spans are kept (remedies are commands); in a table `|` is escaped inside them too,
+    as GFM needs (elsewhere a backslash would show inside the code span).
     """
     text = _one_line(value, limit).replace("&", "&amp;")
     parts = re.split(r"(`[^`]*`)", text)
     out = []
     for part in parts:
         if part.startswith("`") and part.endswith("`") and len(part) >= 2:
-            out.append(part.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;"))
+            if table:
+                part = part.replace("|", "\\|")
+            out.append(part.replace("<", "&lt;").replace(">", "&gt;"))
         else:
             out.append(_MD_SPECIAL.sub(lambda m: {"<": "&lt;", ">": "&gt;"}.get(m.group(1), "\\" + m.group(1)),
                                        part))
@@ -122,7 +128,7 @@ def render_markdown(results, title="GPU stack diagnosis", generated=None):
     if failing:
         lines += ["", "## Failures", ""]
         for row in failing:
-            lines.append("- **%s**: %s" % (md_cell(row["host"]), md_cell(row["message"], 600)))
+            lines.append("- **%s**: %s" % (md_cell(row["host"], table=False), md_cell(row["message"], 600, table=False)))
     return "\n".join(lines) + "\n"
 
 

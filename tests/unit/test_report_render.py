@@ -55,13 +55,13 @@ def test_markdown_table():
                       "health | failed layer | remedy |")
     row_b = next(l for l in lines if l.startswith("| gpu-b"))
     cells = [c.strip() for c in row_b.strip("|").split(" | ")]
-    assert cells[5] == "**FAIL**" and cells[9] == "runtime\\_config"
+    assert cells[5] == "**FAIL**" and cells[9] == "runtime_config"
     assert cells[10] == "run `nvidia-ctk runtime configure --runtime=docker` and restart docker"
     row_a = next(l for l in lines if l.startswith("| gpu-a"))
     assert "| warn | none |" in row_a
     row_c = next(l for l in lines if l.startswith("| gpu-c"))
     assert row_c.count("| - ") == 8 and "unreachable" in row_c
-    assert "2 with one (runtime\\_config: 1, unreachable: 1)" in text
+    assert "2 with one (runtime_config: 1, unreachable: 1)" in text
     # every table row has as many cells as the header
     widths = set(l.count(" | ") for l in lines if l.startswith("| "))
     assert len(widths) == 1
@@ -74,6 +74,9 @@ def test_markdown_escapes_untrusted_text():
     assert "<script>" not in text and "&lt;script&gt;" in row
     assert "evil\\|host" in row and "\\*x\\*" in row
     assert "`x\\|y`" in row and "\n" not in row
+    assert rr.md_cell("_lead gpu_01 trail_") == "\\_lead gpu_01 trail\\_"
+    assert rr.md_cell("`dmesg | grep -i xid`", table=False) == "`dmesg | grep -i xid`"
+    assert rr.md_cell("a|b", table=False) == "a\\|b"
     assert len([c for c in row.split(" | ")]) == 11
 
 
