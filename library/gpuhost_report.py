@@ -11,21 +11,21 @@ DOCUMENTATION = r"""
 module: gpuhost_report
 short_description: Write gpu_stack_check results as per-host JSON and a fleet summary (Markdown, HTML)
 description:
-  - Runs where the reports go (the control node, C(delegate_to) localhost). Writes into O(dest) one
+  - "Runs where the reports go (the control node, C(delegate_to) localhost). Writes into O(dest) one
     C(<host>.json) per host (the whole diagnosis), C(summary.md) (a host × layer table with the failed
     layer and remedy per host), C(summary.html) (the same table coloured by status, then each host's
     checks with their evidence; self-contained, inline CSS, no external assets) and C(summary.json)
-    (counts and rows).
-  - Host names, evidence and remedies are treated as untrusted text: escaped in Markdown and HTML,
-    host names reduced to C([A-Za-z0-9._-]) in file names.
+    (counts and rows)."
+  - "Host names, evidence and remedies are treated as untrusted text: escaped in Markdown and HTML,
+    host names reduced to C([A-Za-z0-9._-]) in file names."
 version_added: "1.0.0"
 author:
   - gpuhost maintainers
 options:
   results:
     description:
-      - Host name to its gpu_stack_check result. A host without a result (unreachable, failed before the
-        check) may be given as C({unreachable: true, msg: ...}).
+      - "Host name to its gpu_stack_check result. A host without a result (unreachable, failed before the
+        check) may be given as C({unreachable: true, msg: ...})."
     type: dict
     required: true
   dest:
@@ -63,7 +63,9 @@ files:
   type: list
   elements: str
 summary:
-  description: C(hosts), C(ok), C(failed), C(failed_by_layer) and C(rows) (per host C(host), C(ok), C(failed_layer), C(statuses), C(message), C(remedy)).
+  description:
+    - C(hosts), C(ok), C(failed), C(failed_by_layer) and C(rows) (per host C(host), C(ok), C(failed_layer),
+      C(statuses), C(message), C(remedy)).
   returned: always
   type: dict
 host_files:

@@ -937,49 +937,67 @@ def summarise(checks, required_layers=DEFAULT_REQUIRED_LAYERS):
                                                                                       if l in required]}
 
 
+def guarded(name, layer, fn, *args, **kwargs):
+    """fn(*args) or, when it raises (a bug here, not the host), a warning saying so: one broken check
+    never hides the others or fails the task."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - reported as the check's result
+        return result(name, layer, "warn", "gpu_stack_check internal error in check %s: %s: %s"
+                      % (name, type(exc).__name__, exc), remedy="report this as a gpuhost bug, with the evidence",
+                      ev=evidence("(internal)"))
+
+
 def evaluate(captures, options=None):
     """Captures (see capture()) -> the diagnosis. Pure apart from the pid_exists callable in captures."""
     opts = dict(DEFAULT_OPTIONS, **(options or {}))
     gpu_caps = captures["gpu"]
     facts = captures.get("facts") or build_facts(gpu_caps, pid_exists=captures.get("pid_exists"))
-    kernel_check = check_kernel_module(gpu_caps.get("proc_version"), facts, gpu_caps.get("proc_version_path")
-                                       or DEFAULT_PROC_VERSION)
-    checks = [
-        check_pci(facts, gpu_caps.get("lspci")),
-        kernel_check,
-        check_device_nodes(captures.get("nodes") or {}, facts, captures.get("proc_devices"),
-                           module_loaded=bool(kernel_check["data"].get("version"))),
-        check_nvml(facts, gpu_caps),
-        check_persistence(facts, gpu_caps, captures.get("persistenced_active")),
-        check_docker(captures.get("docker_info"), captures.get("docker_path")),
-        check_toolkit(captures.get("dpkg"), captures.get("ctk_version"), captures.get("ctk_path"),
-                      captures.get("hook_path"), opts["toolkit_packages"]),
-        check_runtime(captures.get("docker_info"), captures.get("daemon_json"), captures.get("runtime_bin_found"),
-                      opts["docker_config"]),
-        check_cdi_spec(captures.get("cdi_specs") or {}, facts.get("driver_version_kernel"),
-                       facts.get("gpu_count"), opts["cdi_spec_path"]),
-        check_cdi_list(captures.get("cdi_list"), captures.get("ctk_path")),
-    ]
+    image = opts["check_image"]
+    kernel_check = guarded("kernel_module", "driver", check_kernel_module, gpu_caps.get("proc_version"), facts,
+                           gpu_caps.get("proc_version_path") or DEFAULT_PROC_VERSION)
+    docker_check = guarded("docker", "docker", check_docker, captures.get("docker_info"), captures.get("docker_path"))
+    toolkit_check = guarded("toolkit", "toolkit", check_toolkit, captures.get("dpkg"), captures.get("ctk_version"),
+                            captures.get("ctk_path"), captures.get("hook_path"), opts["toolkit_packages"])
+    cdi_list_check = guarded("cdi_list", "cdi", check_cdi_list, captures.get("cdi_list"), captures.get("ctk_path"))
     host_uuids = [g.get("uuid") for g in facts.get("gpus") or [] if g.get("uuid")]
-    docker_ok = checks[5]["status"] == "ok"
+    gpus_cmd = evidence("docker run --rm --gpus all %s nvidia-smi -L" % image)
     if not opts["container_check"]:
-        checks.append(result("container_gpus", "container", "skipped", "container check disabled (container_check)",
-                             ev=evidence("docker run --rm --gpus all %s nvidia-smi -L" % opts["check_image"])))
-    elif not docker_ok:
-        checks.append(result("container_gpus", "container", "skipped", "docker is not running (docker layer)",
-                             ev=evidence("docker run --rm --gpus all %s nvidia-smi -L" % opts["check_image"])))
+        container_gpus = result("container_gpus", "container", "skipped",
+                                "container check disabled (container_check)", ev=gpus_cmd)
+    elif docker_check["status"] != "ok":
+        container_gpus = result("container_gpus", "container", "skipped", "docker is not running (docker layer)",
+                                ev=gpus_cmd)
     else:
-        checks.append(check_container(captures.get("container_gpus"), host_uuids, opts["check_image"], "gpus"))
+        container_gpus = guarded("container_gpus", "container", check_container, captures.get("container_gpus"),
+                                 host_uuids, image, "gpus")
     if captures.get("container_cdi") is not None:
-        checks.append(check_container(captures["container_cdi"], host_uuids, opts["check_image"], "cdi"))
+        container_cdi = guarded("container_cdi", "container", check_container, captures["container_cdi"],
+                                host_uuids, image, "cdi")
     else:
-        checks.append(result("container_cdi", "container", "skipped", captures.get("container_cdi_skipped")
-                             or "not run", ev=evidence("docker run --rm --device nvidia.com/gpu=all %s nvidia-smi -L"
-                                                       % opts["check_image"])))
-    checks += [
-        check_zombies(facts, gpu_caps),
-        check_throttle(facts, gpu_caps, opts["benign_clock_reasons"]),
-        check_xid(captures.get("kernel_log"), opts["kernel_log_command_text"]),
+        container_cdi = result("container_cdi", "container", "skipped", captures.get("container_cdi_skipped")
+                               or "not run", ev=evidence("docker run --rm --device nvidia.com/gpu=all %s nvidia-smi -L"
+                                                         % image))
+    xid_check = guarded("xid", "health", check_xid, captures.get("kernel_log"), opts["kernel_log_command_text"])
+    checks = [
+        guarded("pci", "driver", check_pci, facts, gpu_caps.get("lspci")),
+        kernel_check,
+        guarded("device_nodes", "driver", check_device_nodes, captures.get("nodes") or {}, facts,
+                captures.get("proc_devices"), module_loaded=bool(kernel_check["data"].get("version"))),
+        guarded("nvml", "driver", check_nvml, facts, gpu_caps),
+        guarded("persistence", "persistence", check_persistence, facts, gpu_caps, captures.get("persistenced_active")),
+        docker_check,
+        toolkit_check,
+        guarded("runtime", "runtime_config", check_runtime, captures.get("docker_info"), captures.get("daemon_json"),
+                captures.get("runtime_bin_found"), opts["docker_config"]),
+        guarded("cdi_spec", "cdi", check_cdi_spec, captures.get("cdi_specs") or {}, facts.get("driver_version_kernel"),
+                facts.get("gpu_count"), opts["cdi_spec_path"]),
+        cdi_list_check,
+        container_gpus,
+        container_cdi,
+        guarded("zombies", "health", check_zombies, facts, gpu_caps),
+        guarded("throttle", "health", check_throttle, facts, gpu_caps, opts["benign_clock_reasons"]),
+        xid_check,
     ]
     out = summarise(checks, opts["required_layers"])
     out.update({
@@ -987,10 +1005,10 @@ def evaluate(captures, options=None):
         "gpu_count": facts.get("gpu_count"), "gpu_state": facts.get("state"),
         "gpus": [{"index": g.get("index"), "name": g.get("name"), "uuid": g.get("uuid")}
                  for g in facts.get("gpus") or []],
-        "docker_version": (checks[5]["data"] or {}).get("version"),
-        "toolkit_version": (checks[6]["data"] or {}).get("nvidia_ctk_version"),
-        "cdi_devices": (checks[9]["data"] or {}).get("devices", []),
-        "xids": next(c for c in out["checks"] if c["name"] == "xid")["data"].get("xids", []),
+        "docker_version": docker_check["data"].get("version"),
+        "toolkit_version": toolkit_check["data"].get("nvidia_ctk_version"),
+        "cdi_devices": cdi_list_check["data"].get("devices", []),
+        "xids": xid_check["data"].get("xids", []),
     })
     return out
 

@@ -160,3 +160,12 @@ def test_gpuhost_report_module_writes_the_reports(tmp_path):
     assert "invocation" not in host_b and "changed" not in host_b
     assert (dest / "summary.md").read_text() == out["markdown"]
     assert json.loads((dest / "summary.json").read_text())["failed_by_layer"]["runtime_config"] == 1
+
+
+def test_gpuhost_report_documents_its_options():
+    import yaml
+    sys.path.insert(0, os.path.join(ROOT, "library"))
+    import gpuhost_report as mod
+    doc = yaml.safe_load(mod.DOCUMENTATION)
+    assert set(doc["options"]) == {"results", "dest", "title", "generated"}
+    assert set(yaml.safe_load(mod.RETURN)) == {"markdown", "files", "summary", "host_files"}

@@ -614,3 +614,13 @@ def test_fail_on_required_fails_with_the_diagnosis(tmp_path):
     res = json.loads(proc.stdout)
     assert res["failed"] is True and res["msg"].startswith(sc.LAYER_TITLES[res["failed_layer"]])
     assert len(res["checks"]) == 15
+
+
+def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
+    def broken(*_args, **_kwargs):
+        raise KeyError("gpus")
+    monkeypatch.setattr(sc, "check_throttle", broken)
+    out = sc.evaluate(sc.capture(healthy_host(), {}), {})
+    throttle = next(c for c in out["checks"] if c["name"] == "throttle")
+    assert throttle["status"] == "warn" and "internal error" in throttle["summary"]
+    assert out["failed_layer"] is None and len(out["checks"]) == 15
