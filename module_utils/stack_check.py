@@ -235,8 +235,10 @@ def check_device_nodes(nodes, facts, proc_devices_text=None, module_loaded=True)
         minors = list(range(count))
     uvm = uvm_major(proc_devices_text)
     expected = [("/dev/nvidia%d" % m, NVIDIA_MAJOR, m, True) for m in sorted(minors)]
+    # nvidia-uvm loads on the first CUDA use (nvidia-modprobe; `--gpus` containers load it), so its
+    # nodes may be missing on a healthy host that ran nothing yet: a warning (CDI containers need it).
     expected += [("/dev/nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR, True),
-                 ("/dev/nvidia-uvm", uvm, 0, True), ("/dev/nvidia-uvm-tools", uvm, 1, False)]
+                 ("/dev/nvidia-uvm", uvm, 0, False), ("/dev/nvidia-uvm-tools", uvm, 1, False)]
     missing, wrong, optional_missing = [], [], []
     for path, major, minor, required in expected:
         node = nodes.get(path)
@@ -263,8 +265,9 @@ def check_device_nodes(nodes, facts, proc_devices_text=None, module_loaded=True)
         return result("device_nodes", "driver", "fail", "device nodes: " + "; ".join(parts),
                       remedy=remedy, ev=ev, data=data)
     if optional_missing:
-        return result("device_nodes", "driver", "warn", "device nodes present; missing %s (profilers need it)"
-                      % ", ".join(optional_missing), remedy=REMEDY_NODES, ev=ev, data=data)
+        return result("device_nodes", "driver", "warn", "GPU and control nodes present; missing %s (made on the "
+                      "first CUDA use; CDI containers need /dev/nvidia-uvm)" % ", ".join(optional_missing),
+                      remedy=REMEDY_NODES, ev=ev, data=data)
     return result("device_nodes", "driver", "ok", "%d GPU node(s), nvidiactl and nvidia-uvm present"
                   % len(minors), ev=ev, data=data)
 

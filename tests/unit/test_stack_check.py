@@ -122,9 +122,12 @@ def test_device_nodes_missing_and_wrong():
     assert uvm["status"] == "fail" and "expected c 509 0" in uvm["summary"]
 
 
-def test_device_nodes_uvm_tools_missing_is_a_warning_and_no_module_skips():
+def test_device_nodes_uvm_missing_is_a_warning_and_no_module_skips():
     facts = {"gpus": [{"minor_number": 0}, {"minor_number": 1}]}
     assert sc.check_device_nodes(nodes(skip=["/dev/nvidia-uvm-tools"]), facts)["status"] == "warn"
+    # nvidia-uvm is loaded on the first CUDA use: missing on a host that ran nothing yet
+    uvm = sc.check_device_nodes(nodes(skip=["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]), facts)
+    assert uvm["status"] == "warn" and "create-device-nodes" in uvm["remedy"]
     assert sc.check_device_nodes({}, facts, module_loaded=False)["status"] == "skipped"
 
 
