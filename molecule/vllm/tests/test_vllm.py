@@ -6,8 +6,11 @@ import time
 import pytest
 
 PLANTED = "PLANTED"  # in both planted secrets: hf_PLANTED_..., sk-PLANTED-...
-HF_TOKEN = "hf_PLANTED_4b1d7e0c9a"
-API_KEY = "sk-PLANTED-5e6f70"
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+with open(os.path.join(HERE, "planted", "hf_token")) as _handle:
+    HF_TOKEN = _handle.read().strip()
+with open(os.path.join(HERE, "planted", "api_key")) as _handle:
+    API_KEY = _handle.read().strip()
 INSTANCES = {
     "qwen3-32b-fp8": (18000, "qwen3-32b", "0"),
     "qwen25-3b-awq-0": (18001, "qwen2.5-3b", "1"),
@@ -113,7 +116,8 @@ def test_no_secret_in_the_record(host):
 
 
 def test_no_secret_in_any_ansible_output():
-    """Everything ansible printed in prepare, converge, idempotence and side_effect (ANSIBLE_LOG_PATH)."""
+    """Everything ansible printed in prepare, converge, idempotence and side_effect (ANSIBLE_LOG_PATH),
+    and testinfra's inventory dump: the inventory names the secrets' files, never their values."""
     path = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "ansible.log")
     with open(path, encoding="utf-8", errors="replace") as handle:
         text = handle.read()
