@@ -26,7 +26,7 @@ def parse_unit(text):
         line = pending + raw.strip()
         pending = ""
         if line.endswith("\\"):
-            pending = line[:-1] + " "
+            pending = line[:-1].rstrip() + " "
             continue
         if not line or line[0] in "#;":
             continue
