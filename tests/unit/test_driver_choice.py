@@ -314,6 +314,7 @@ def test_no_driver_in_the_sources():
 
 # --- The plan (Ubuntu style) -------------------------------------------------------------------------
 
+# Constructed in apt-cache madison's format (as the Debian capture above), with Ubuntu's version scheme.
 UBUNTU_MADISON = "".join(
     " %s | %s-0ubuntu0.24.04.1 | http://archive.ubuntu.com/ubuntu noble-updates/restricted amd64 Packages\n" % (p, v)
     for p in ("nvidia-driver-580-server-open",) for v in ("580.105.08", "580.95.05"))
