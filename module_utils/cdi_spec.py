@@ -12,8 +12,6 @@ _LIBCUDA = re.compile(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)\b")
 _HOST_DRIVER = re.compile(r"--host-driver-version=(\d+\.\d+(?:\.\d+)?)\b")
 _KIND = re.compile(r"^kind:\s*\"?([^\s\"]+)\"?\s*$", re.M)
 _CDI_VERSION = re.compile(r"^cdiVersion:\s*\"?([0-9.]+)\"?\s*$", re.M)
-# Device entries sit directly under the top-level `devices:` list, one indent level in.
-_DEVICE_NAME = re.compile(r"^\s*-\s+name:\s*\"?([^\"\n]+?)\"?\s*$", re.M)
 _CDI_LIST_LINE = re.compile(r"^([a-z0-9.-]+/[a-z0-9_.-]+)=(\S+)$", re.I)
 
 # `/var/run/cdi` wins over `/etc/cdi` for a device defined in both (CDI spec dirs are read in order
@@ -59,20 +57,46 @@ def read_spec(text):
 
 
 def _yaml_device_names(text):
-    """Names of the entries of the top-level `devices:` list (stop at the next top-level key)."""
-    names, inside = [], False
+    """Names of the entries of the top-level `devices:` list, in both layouts nvidia-ctk writes:
+    fields in struct order with lists indented (1.18+: `    - name: "0"`), and sorted keys with lists
+    at the parent's indent (1.17 and earlier, through sigs.k8s.io/yaml: `- containerEdits:` ... `  name:`)."""
+    names, inside, item_indent, key_indent = [], False, None, None
     for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
         if re.match(r"^devices:\s*$", line):
             inside = True
             continue
-        if inside and re.match(r"^\S", line):
+        if not inside:
+            continue
+        indent = len(line) - len(line.lstrip())
+        item = re.match(r"^(\s*)-(\s+)(.*)$", line)
+        if indent == 0 and not item:
             break
-        if inside:
-            match = _DEVICE_NAME.match(line)
-            # Only list items at the first indent level are devices; deeper `- name:` are other things.
-            if match and len(line) - len(line.lstrip()) <= 6:
-                names.append(match.group(1))
+        if item_indent is None and item:
+            item_indent = indent
+        if item and indent == item_indent:
+            key_indent = indent + 1 + len(item.group(2))
+            field = item.group(3)
+        elif indent == key_indent:
+            field = line.strip()
+        else:
+            continue
+        match = re.match(r"^name:\s*(.+?)\s*$", field)
+        if match:
+            names.append(_unquote(match.group(1)))
     return names
+
+
+def _unquote(value):
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value[1:-1]
+    if len(value) >= 2 and value[0] == value[-1] == "'":
+        return value[1:-1].replace("''", "'")
+    return value
 
 
 def staleness(spec, loaded_driver_version):

@@ -90,6 +90,23 @@ def cdi_findings(record, stack):
     return []
 
 
+def runtime_findings(record, stack):
+    """The nvidia runtime entry gone (the checker's runtime_config verdict), or docker last set up
+    for another driver than the loaded one: after every driver update the runtime is configured again
+    and docker restarted, or `--gpus` starts failing."""
+    failed = _layer_failed(stack, "runtime_config", "runtime_stale", AUTO, "toolkit configuration")
+    if failed:
+        return failed
+    rec = (record.get("runtime") or {}).get("driver_version")
+    loaded = stack.get("driver_version")
+    if rec and loaded and rec != loaded:
+        return [finding("runtime_stale",
+                        "toolkit configuration: the nvidia runtime was configured and docker restarted under "
+                        "driver %s, %s is loaded — re-run `nvidia-ctk runtime configure --runtime=docker` and "
+                        "restart docker" % (rec, loaded), AUTO)]
+    return []
+
+
 def serving_findings(record, serving):
     out = []
     for inst in (record.get("vllm") or {}).get("instances") or []:
@@ -111,7 +128,7 @@ def compare(record, stack, dpkg, serving=None, allow_reboot=False):
         "persistence": _layer_failed(stack, "persistence", "persistence_off", AUTO, "persistence mode"),
         "docker": _layer_failed(stack, "docker", "docker_down", AUTO, "docker"),
         "toolkit": _layer_failed(stack, "toolkit", "toolkit_missing", AUTO, "toolkit"),
-        "runtime_config": _layer_failed(stack, "runtime_config", "runtime_stale", AUTO, "toolkit configuration"),
+        "runtime_config": runtime_findings(record, stack),
         "cdi": cdi_findings(record, stack),
         "container": _layer_failed(stack, "container", "gpus_broken", AUTO, "containers"),
         "serving": serving_findings(record, serving),

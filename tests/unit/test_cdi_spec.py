@@ -24,6 +24,16 @@ def test_real_spec_summary():
     assert spec["driver_versions"] == ["999.88.77"]
 
 
+def test_sorted_key_layout_of_older_toolkits():
+    # nvidia-ctk <= 1.17 writes specs through sigs.k8s.io/yaml: keys sorted, lists at their parent's
+    # indent, so a device's `name:` comes after its containerEdits. The same real spec in that layout.
+    yaml = pytest.importorskip("yaml")
+    original = read("cdi-generate_mock-A100_nvidia.yaml")
+    older = yaml.safe_dump(yaml.safe_load(original), sort_keys=True, default_flow_style=False, indent=2)
+    assert older.startswith("cdiVersion: 0.5.0\ncontainerEdits:") and "\n- containerEdits:\n" in older
+    assert read_spec(older) == read_spec(original)
+
+
 def test_fresh_and_stale():
     spec = read_spec(read("cdi-generate_mock-A100_nvidia.yaml"))
     assert staleness(spec, "999.88.77") == []

@@ -67,3 +67,23 @@ def test_hold_removed_and_runtime_entry_gone_and_serving_down():
 def test_missing_record_reports_only_live_failures():
     out = compare({}, stack(failing=("docker",)), {})
     assert [layer for layer, v in out["layers"].items() if v["state"] == "drift"] == ["docker"]
+
+
+def test_runtime_set_up_under_an_older_driver_is_stale():
+    # The runtime entry is still in daemon.json (the checker passes it), but docker was last configured
+    # and restarted under 580.95.05; after the upgrade `--gpus` needs both again.
+    record = dict(RECORD, runtime={"driver_version": "580.95.05", "cdi_enabled": True})
+    out = compare(record, stack(loaded="580.105.08"), HELD, {"vllm-a": {"running": True}})
+    found = out["layers"]["runtime_config"]["findings"]
+    assert [f["code"] for f in found] == ["runtime_stale"]
+    assert found[0]["repair"] == AUTO
+    assert "580.95.05" in found[0]["message"] and "580.105.08" in found[0]["message"]
+    assert "nvidia-ctk runtime configure --runtime=docker" in found[0]["message"]
+    # The same record with the driver it was set up for loaded: nothing to do.
+    assert compare(record, stack(loaded="580.95.05"), HELD, {"vllm-a": {"running": True}})["drifted"] is False
+
+
+def test_missing_runtime_entry_wins_over_the_recorded_driver():
+    record = dict(RECORD, runtime={"driver_version": "580.95.05"})
+    found = compare(record, stack(loaded="580.105.08", failing=("runtime_config",)), HELD)["layers"]["runtime_config"]["findings"]
+    assert len(found) == 1 and "runtime_config broke" in found[0]["message"]

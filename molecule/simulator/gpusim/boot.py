@@ -118,8 +118,10 @@ def apply_state(state):
         g["persistence_mode"] = False
         g.pop("lost", None)
     inst = drv.get("installed")
-    if inst and not state["faults"].get("module_not_loaded"):
-        drv["loaded"] = {"version": inst["version"], "kernel_modules": inst.get("kernel_modules", "open")}
+    # Userspace alone (no kernel module package: kernel_modules None) gives the new kernel nothing to load.
+    modules = inst.get("kernel_modules", "open") if inst else None
+    if modules and not state["faults"].get("module_not_loaded"):
+        drv["loaded"] = {"version": inst["version"], "kernel_modules": modules}
     else:
         drv["loaded"] = None
     log = []

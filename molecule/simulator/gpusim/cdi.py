@@ -475,29 +475,37 @@ DEFAULT_SPEC_DIRS = ["/etc/cdi", "/var/run/cdi"]
 
 
 def _parse_yaml_min(text):
-    """Just enough YAML for CDI specs: the top-level `kind` and the names of `devices`."""
+    """Just enough YAML for CDI specs: the top-level `kind` and the names of `devices`, in both layouts
+    this module emits (ordered with indented lists; sorted keys with lists at the parent's indent)."""
     kind = None
     names = []
     in_devices = False
-    dev_indent = None
+    item_indent = key_indent = None
     for raw in text.splitlines():
         line = raw.split(" #")[0].rstrip()
         if not line.strip() or line.strip() == "---" or line.lstrip().startswith("#"):
             continue
         indent = len(line) - len(line.lstrip())
         stripped = line.strip()
-        if indent == 0:
+        item = re.match(r"^-(\s+)(.*)$", stripped)
+        if indent == 0 and not (in_devices and item):
             in_devices = stripped.startswith("devices:")
             if stripped.startswith("kind:"):
                 kind = _unquote(stripped[5:].strip())
             continue
-        if in_devices:
-            m = re.match(r"^-\s+name:\s*(.*)$", stripped)
-            if m and (dev_indent is None or indent == dev_indent):
-                dev_indent = indent
-                names.append(_unquote(m.group(1).strip()))
-            elif dev_indent is not None and indent == dev_indent + 2 and stripped.startswith("name:"):
-                names.append(_unquote(stripped[5:].strip()))
+        if not in_devices:
+            continue
+        if item and item_indent is None:
+            item_indent = indent
+        if item and indent == item_indent:
+            key_indent = indent + 1 + len(item.group(1))
+            field = item.group(2)
+        elif indent == key_indent:
+            field = stripped
+        else:
+            continue
+        if field.startswith("name:"):
+            names.append(_unquote(field[5:].strip()))
     return {"kind": kind, "devices": [{"name": n} for n in names]}
 
 

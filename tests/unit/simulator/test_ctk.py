@@ -547,6 +547,19 @@ def test_cdi_list_with_spec_is_corpus(tmp_path):
     assert untimed(err) == ['level=info msg="Found 3 CDI devices"']
 
 
+def test_cdi_list_reads_the_sorted_layout_of_1_17(tmp_path, state_env):
+    # What 1.17.8's generate writes, `cdi list` must read back: the same devices as 1.18.0's layout.
+    make_state(state_env)
+    root = mock_driver_root(tmp_path / "root")
+    listed = {}
+    for version in ("1.17.8", "1.18.0"):
+        etc = tmp_path / version
+        etc.mkdir()
+        (etc / "nvidia.yaml").write_text(run(["cdi", "generate", "--driver-root=%s" % root], version=version)[1])
+        listed[version] = run(["cdi", "list", "--spec-dir=%s" % etc], version=version)[1]
+    assert listed["1.17.8"] == listed["1.18.0"] == fixture("cdi-list_with-spec.stdout")
+
+
 def test_cdi_list_default_dirs_and_json_spec(tmp_path, monkeypatch):
     monkeypatch.setattr(cdi, "DEFAULT_SPEC_DIRS", [str(tmp_path / "etc"), str(tmp_path / "run")])
     os.makedirs(str(tmp_path / "run"))

@@ -245,3 +245,20 @@ def test_nvidia_smi_executable_end_to_end(tmp_path):
     r = subprocess.run([sys.executable, os.path.join(BIN, "nvidia-smi")], env=env, capture_output=True, text=True,
                        timeout=20)
     assert r.returncode == 9
+
+
+def test_boot_with_only_userspace_installed_loads_nothing(tmp_path):
+    # The driver's userspace packages without nvidia-kernel-dkms / linux-modules-nvidia-*: no module to load,
+    # so no /proc/driver/nvidia and nvidia-smi cannot talk to a driver.
+    p, root = tmp_path / "s.json", tmp_path / "root"
+    make_state(p, models=("h100",), modules=None, loaded=False)
+    boot.boot(str(p), root=str(root))
+    after = dump(p)
+    assert after["driver"]["loaded"] is None
+    assert after["kernel_log"] == []
+    assert not (root / "proc/driver/nvidia/version").exists()
+    # The same packages with the kernel modules: loaded at this boot.
+    st.update(lambda s: s["driver"]["installed"].update(kernel_modules="proprietary"), str(p))
+    boot.boot(str(p), root=str(root))
+    assert dump(p)["driver"]["loaded"] == {"version": "580.95.05", "kernel_modules": "proprietary"}
+    assert "NVIDIA UNIX x86_64 Kernel Module  580.95.05 " in (root / "proc/driver/nvidia/version").read_text()
