@@ -624,9 +624,12 @@ _CONTAINER_ERRORS = (
                          r"failed to inject CDI devices|invalid device|not a device node"),
     ("driver", r"nvidia-container-cli: (?:initialization error|detection error)|"
                r"driver/library version mismatch|driver not loaded|nvml error"),
+    # runc names the mount first and ends with the same "no such file or directory: unknown" as a missing
+    # executable: a mount source gone (a CDI spec of an older driver) is not the image's fault.
+    ("mount", r"error mounting"),
     ("no_nvidia_smi", r"\"?nvidia-smi\"?: executable file not found|exec: \"?nvidia-smi\"?: |"
                       r"nvidia-smi: (?:command )?not found|no such file or directory: unknown"),
-    ("mount", r"error mounting|no such file or directory"),
+    ("mount", r"no such file or directory"),
 )
 
 

@@ -370,6 +370,19 @@ def test_cdi_container_unresolvable():
     assert "nvidia-ctk cdi generate" in check["remedy"]
 
 
+def test_cdi_container_of_a_stale_spec_is_a_mount_failure():
+    # trixie's runc (docker.io 26) on a spec made for 580.95.05 after the upgrade to 580.105.08 (drift scenario).
+    err = ('docker: Error response from daemon: failed to create task for container: failed to create shim task: '
+           'OCI runtime create failed: runc create failed: unable to start container process: error during container '
+           'init: error mounting "/lib/x86_64-linux-gnu/libcuda.so.580.95.05" to rootfs at '
+           '"/lib/x86_64-linux-gnu/libcuda.so.580.95.05": create mount destination for '
+           '/lib/x86_64-linux-gnu/libcuda.so.580.95.05 mount: bind mount source stat: stat '
+           '/lib/x86_64-linux-gnu/libcuda.so.580.95.05: no such file or directory: unknown.')
+    check = sc.check_container(cap(RUN, 127, "", err), UUIDS, "img", mode="cdi")
+    assert check["data"]["cause"] == "mount" and check["status"] == "fail"
+    assert "stale spec" in check["summary"] and "regenerate the CDI spec" in check["remedy"]
+
+
 # --- health ------------------------------------------------------------------------------------
 
 def test_zombie_memory_on_a_real_xml():

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Drift check over N simulated GPU hosts (N = 1, 4, 8, 16), and a no-op site.yml against a bare setup.
+
+Targets (issue "Drift runs after driver upgrades"): `drift.yml --check` over 16 hosts within 3 x the
+time for one (forks >= 16, pipelining, min facts); a no-op `site.yml` on a converged host within
+4 x `ansible -m ansible.builtin.setup` of the same host. It reports; it never fails.
+
+How: molecule's `drift` scenario converges one simulated host (create, prepare, converge: untimed),
+which is committed to an image; N clones of it are started on the harness's dockerd with the
+scenario's platform settings and the scenario's inventory variables, and the runs are timed with the
+repo's own ansible.cfg. Needs `make harness` first. Run: python bench/bench_drift_scale.py [N ...]
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+HARNESS_RUN = os.environ.get("HARNESS_RUN", "/run/gpuhost-harness")
+DOCKER_HOST = "unix://%s/docker.sock" % HARNESS_RUN
+SCENARIO = "drift"
+SEED = "%s-trixie" % SCENARIO
+IMAGE = "local/gpuhost-bench-converged:latest"
+PREFIX = "gpuhost-bench-"
+SIZES = [int(n) for n in sys.argv[1:]] or [1, 4, 8, 16]
+RATIO_TARGET = 3.0
+NOOP_TARGET = 4.0
+
+ENV = dict(os.environ, DOCKER_HOST=DOCKER_HOST, HARNESS_RUN=HARNESS_RUN, MOLECULE_PROJECT_DIRECTORY=ROOT,
+           ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", PY_COLORS="0",
+           PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+
+
+def run(argv, check=True, **kw):
+    proc = subprocess.run(argv, cwd=ROOT, env=kw.pop("env", ENV), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, **kw)
+    if check and proc.returncode != 0:
+        sys.stdout.write(proc.stdout[-6000:])
+        raise SystemExit("bench: %s failed (rc %d)" % (" ".join(argv[:4]), proc.returncode))
+    return proc
+
+
+def docker(*args, check=True):
+    return run(["docker"] + list(args), check=check)
+
+
+def timed(argv):
+    start = time.monotonic()
+    proc = run(argv, check=False)
+    return time.monotonic() - start, proc
+
+
+def group_vars():
+    """The scenario's inventory variables: the shared base merged with the drift scenario's, as molecule does."""
+    with open(os.path.join(ROOT, ".config", "molecule", "config.yml"), encoding="utf-8") as fh:
+        base = yaml.safe_load(fh)["provisioner"]["inventory"]["group_vars"]
+    with open(os.path.join(ROOT, "molecule", SCENARIO, "molecule.yml"), encoding="utf-8") as fh:
+        scenario = yaml.safe_load(fh)["provisioner"]["inventory"]["group_vars"]
+    merged = {group: dict(values) for group, values in base.items()}
+    for group, values in scenario.items():
+        merged.setdefault(group, {}).update(values)
+    # molecule reads `$$` as a literal `$`.
+    return json.loads(json.dumps(merged).replace("$$", "$"))
+
+
+def platform_args():
+    with open(os.path.join(ROOT, "molecule", SCENARIO, "molecule.yml"), encoding="utf-8") as fh:
+        platform = yaml.safe_load(fh)["platforms"][0]
+    args = ["--network", platform["network_mode"], "--cgroupns", platform["cgroupns_mode"],
+            "--stop-signal", platform["stop_signal"], "--restart", platform["restart_policy"],
+            "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "-v", "/var/lib/docker"]
+    for cap in platform["capabilities"]:
+        args += ["--cap-add", cap]
+    for opt in platform["security_opts"]:
+        args += ["--security-opt", opt]
+    for key, value in platform["labels"].items():
+        args += ["--label", "%s=%s" % (key, value)]
+    return args, platform["command"]
+
+
+def seed_image():
+    """One converged host, committed; the scenario's targets are removed afterwards."""
+    molecule = os.path.join(BIN, "molecule")
+    try:
+        for step in ("create", "prepare", "converge"):
+            print("bench: molecule %s -s %s" % (step, SCENARIO), flush=True)
+            run([molecule, step, "-s", SCENARIO])
+        docker("commit", SEED, IMAGE)
+    finally:
+        run([molecule, "destroy", "-s", SCENARIO], check=False)
+
+
+def start_clones(count, workdir):
+    args, command = platform_args()
+    names = ["%s%02d" % (PREFIX, i) for i in range(1, count + 1)]
+    for name in names:
+        docker("run", "-d", "--name", name, "--hostname", name, *args, IMAGE, command)
+    for name in names:
+        # systemd up (degraded is fine: no GPU-less units matter here), then the inner docker's image.
+        docker("exec", name, "systemctl", "is-system-running", "--wait", check=False)
+        docker("exec", name, "docker", "load", "-i", "/var/lib/gpuhost/images/gpuhost-cuda-check.tar")
+    inventory = os.path.join(workdir, "inventory-%d" % count)
+    os.makedirs(os.path.join(inventory, "group_vars"))
+    hosts = {name: {"ansible_connection": "community.docker.docker",
+                    "ansible_docker_extra_args": "-H=%s" % DOCKER_HOST} for name in names}
+    with open(os.path.join(inventory, "hosts.yml"), "w", encoding="utf-8") as fh:
+        yaml.safe_dump({"all": {"children": {"gpu_hosts": {"hosts": hosts}, "suite_trixie": {"hosts": dict.fromkeys(names)}}}}, fh)
+    for group, values in group_vars().items():
+        with open(os.path.join(inventory, "group_vars", "%s.yml" % group), "w", encoding="utf-8") as fh:
+            yaml.safe_dump(values, fh)
+    return names, inventory
+
+
+def remove(names):
+    if names:
+        docker("rm", "-f", *names, check=False)
+
+
+def main():
+    if docker("info", check=False).returncode != 0:
+        print("bench: no harness dockerd at %s (run `make harness` first); nothing measured" % DOCKER_HOST)
+        return 0
+    workdir = tempfile.mkdtemp(prefix="gpuhost-bench-")
+    rows, noop = [], None
+    try:
+        seed_image()
+        for count in SIZES:
+            names = []
+            try:
+                names, inventory = start_clones(count, workdir)
+                reports = os.path.join(workdir, "reports-%d" % count)
+                seconds, proc = timed([os.path.join(BIN, "ansible-playbook"), "-i", inventory,
+                                       "playbooks/drift.yml", "--check", "-e", "gpuhost_reports_dir=%s" % reports])
+                rows.append((count, seconds, proc.returncode))
+                print("bench: drift.yml --check over %2d hosts: %6.1f s (rc %d)" % (count, seconds, proc.returncode),
+                      flush=True)
+                if count == 1:
+                    setup_s, setup = timed([os.path.join(BIN, "ansible"), "-i", inventory, "gpu_hosts",
+                                            "-m", "ansible.builtin.setup"])
+                    site_s, site = timed([os.path.join(BIN, "ansible-playbook"), "-i", inventory, "site.yml"])
+                    changed = [line for line in site.stdout.splitlines() if " changed=" in line and PREFIX in line]
+                    noop = (setup_s, setup.returncode, site_s, site.returncode, changed)
+            finally:
+                remove(names)
+    finally:
+        docker("rmi", IMAGE, check=False)
+        shutil.rmtree(workdir, ignore_errors=True)
+    one = next((s for n, s, _ in rows if n == 1), None)
+    print("\n| hosts | drift --check wall s | ratio to 1 host | rc |\n|---:|---:|---:|---:|")
+    for count, seconds, rc in rows:
+        print("| %d | %.1f | %s | %d |" % (count, seconds, "%.2f" % (seconds / one) if one else "-", rc))
+    biggest = max(rows) if rows else None
+    if one and biggest and biggest[0] > 1:
+        ratio = biggest[1] / one
+        print("%d hosts / 1 host = %.2f x (target <= %.1f x): %s" % (biggest[0], ratio, RATIO_TARGET,
+                                                                      "met" if ratio <= RATIO_TARGET else "NOT met"))
+    if noop:
+        setup_s, setup_rc, site_s, site_rc, changed = noop
+        ratio = site_s / setup_s
+        print("no-op site.yml %.1f s (rc %d; %s) vs setup %.1f s (rc %d) = %.1f x (target <= %.1f x): %s"
+              % (site_s, site_rc, "; ".join(c.strip() for c in changed), setup_s, setup_rc, ratio, NOOP_TARGET,
+                 "met" if ratio <= NOOP_TARGET else "NOT met"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
