@@ -103,7 +103,7 @@ def start_clones(count, workdir):
         docker("run", "-d", "--name", name, "--hostname", name, *args, IMAGE, command)
     for name in names:
         # systemd up (degraded is fine: no GPU-less units matter here), then the inner docker's image.
-        docker("exec", name, "systemctl", "is-system-running", "--wait", check=False)
+        docker("exec", name, "timeout", "180", "systemctl", "is-system-running", "--wait", check=False)
         docker("exec", name, "docker", "load", "-i", "/var/lib/gpuhost/images/gpuhost-cuda-check.tar")
     inventory = os.path.join(workdir, "inventory-%d" % count)
     os.makedirs(os.path.join(inventory, "group_vars"))
