@@ -8,7 +8,7 @@ time for one (forks >= 16, pipelining, min facts); a no-op `site.yml` on a conve
 How: molecule's `drift` scenario converges one simulated host (create, prepare, converge: untimed),
 which is committed to an image; N clones of it are started on the harness's dockerd with the
 scenario's platform settings and the scenario's inventory variables, and the runs are timed with the
-repo's own ansible.cfg. Needs `make harness` first. Run: python bench/bench_drift_scale.py [N ...]
+repo's own ansible.cfg. The converged image is kept for the next run. Needs `make harness` first. Run: python bench/bench_drift_scale.py [N ...]
 """
 import json
 import os
@@ -96,14 +96,19 @@ def seed_image():
         run([molecule, "destroy", "-s", SCENARIO], check=False)
 
 
-def start_clones(count, workdir):
+def start_clones(count, workdir, names):
+    """Starts the clones, appending each to `names` as it starts (so a failure still removes it)."""
     args, command = platform_args()
-    names = ["%s%02d" % (PREFIX, i) for i in range(1, count + 1)]
-    for name in names:
+    for name in ["%s%02d" % (PREFIX, i) for i in range(1, count + 1)]:
         docker("run", "-d", "--name", name, "--hostname", name, *args, IMAGE, command)
+        names.append(name)
     for name in names:
-        # systemd up (degraded is fine: no GPU-less units matter here), then the inner docker's image.
+        # systemd up (degraded is fine), the inner dockerd answering, then its check image.
         docker("exec", name, "timeout", "180", "systemctl", "is-system-running", "--wait", check=False)
+        for _ in range(90):
+            if docker("exec", name, "docker", "info", check=False).returncode == 0:
+                break
+            time.sleep(2)
         docker("exec", name, "docker", "load", "-i", "/var/lib/gpuhost/images/gpuhost-cuda-check.tar")
     inventory = os.path.join(workdir, "inventory-%d" % count)
     os.makedirs(os.path.join(inventory, "group_vars"))
@@ -114,7 +119,7 @@ def start_clones(count, workdir):
     for group, values in group_vars().items():
         with open(os.path.join(inventory, "group_vars", "%s.yml" % group), "w", encoding="utf-8") as fh:
             yaml.safe_dump(values, fh)
-    return names, inventory
+    return inventory
 
 
 def remove(names):
@@ -129,11 +134,15 @@ def main():
     workdir = tempfile.mkdtemp(prefix="gpuhost-bench-")
     rows, noop = [], None
     try:
-        seed_image()
+        # The converged image is kept between runs (`docker rmi` it to start from a fresh converge).
+        if docker("image", "inspect", IMAGE, check=False).returncode != 0:
+            seed_image()
+        else:
+            print("bench: reusing %s" % IMAGE, flush=True)
         for count in SIZES:
             names = []
             try:
-                names, inventory = start_clones(count, workdir)
+                inventory = start_clones(count, workdir, names)
                 reports = os.path.join(workdir, "reports-%d" % count)
                 seconds, proc = timed([os.path.join(BIN, "ansible-playbook"), "-i", inventory,
                                        "playbooks/drift.yml", "--check", "-e", "gpuhost_reports_dir=%s" % reports])
@@ -149,7 +158,6 @@ def main():
             finally:
                 remove(names)
     finally:
-        docker("rmi", IMAGE, check=False)
         shutil.rmtree(workdir, ignore_errors=True)
     one = next((s for n, s, _ in rows if n == 1), None)
     print("\n| hosts | drift --check wall s | ratio to 1 host | rc |\n|---:|---:|---:|---:|")
