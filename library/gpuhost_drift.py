@@ -20,9 +20,16 @@ version_added: "1.0.0"
 author: gpuhost
 options:
   record:
-    description: The host's record, C(ansible_local.gpuhost).
+    description:
+      - The host's record, C(ansible_local.gpuhost).
+      - When not given, the module reads it from O(record_path) itself, so a drift check needs no fact
+        gathering.
     type: dict
-    default: {}
+  record_path:
+    description: The record file the roles write (M(gpuhost_record)); read when O(record) is not given.
+      A missing file is an empty record (a host gpuhost never converged).
+    type: path
+    default: /etc/ansible/facts.d/gpuhost.fact
   stack:
     description: The registered result of M(gpu_stack_check).
     type: dict
@@ -46,6 +53,11 @@ EXAMPLES = r"""
 - name: Drift against the record
   gpuhost_drift:
     record: "{{ ansible_local.gpuhost | default({}) }}"
+    stack: "{{ stack }}"
+  register: drift
+
+- name: The same, reading the record file on the host (no fact gathering)
+  gpuhost_drift:
     stack: "{{ stack }}"
   register: drift
 """
@@ -72,6 +84,8 @@ manual:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.atomic_file import read_text
+from ansible.module_utils.daemon_json import DaemonJsonError, parse
 from ansible.module_utils.drift import compare, parse_dpkg_status
 
 DPKG_FORMAT = "${Package}\\t${Version}\\t${db:Status-Want}\\t${db:Status-Status}\\n"
@@ -100,14 +114,22 @@ def serving_state(module, docker, names):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            record=dict(type="dict", default={}),
+            record=dict(type="dict"),
+            record_path=dict(type="path", default="/etc/ansible/facts.d/gpuhost.fact"),
             stack=dict(type="dict", required=True),
             allow_reboot=dict(type="bool", default=False),
             docker_path=dict(type="path"),
         ),
         supports_check_mode=True,
     )
-    record = module.params["record"] or {}
+    record = module.params["record"]
+    if record is None:
+        try:
+            record = parse(read_text(module.params["record_path"]), module.params["record_path"])
+        except DaemonJsonError as exc:
+            module.fail_json(msg="gpuhost record: %s; run site.yml to write it again" % exc)
+        except (IOError, OSError) as exc:
+            module.fail_json(msg="gpuhost record: cannot read %s: %s" % (module.params["record_path"], exc))
     driver = record.get("driver") or {}
     packages = driver.get("packages") or []
     instances = (record.get("vllm") or {}).get("instances") or []
