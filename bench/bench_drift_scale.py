@@ -12,6 +12,8 @@ repo's own ansible.cfg. The converged image is kept for the next run. Needs `mak
 """
 import json
 import os
+import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -54,6 +56,38 @@ def timed(argv):
     start = time.monotonic()
     proc = run(argv, check=False)
     return time.monotonic() - start, proc
+
+
+def cpu_seconds(names):
+    """CPU seconds used so far by the control node's finished children and by the targets' cgroups.
+
+    On this machine the simulated hosts share the control node's cores, so a drift check over N hosts
+    cannot take less wall time than all of this CPU divided by the cores; on a real fleet each host's
+    share runs on that host.
+    """
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    targets = 0.0
+    for name in names:
+        cid = docker("inspect", "-f", "{{.Id}}", name, check=False).stdout.strip()
+        for path, scale in (("/sys/fs/cgroup/unified/gpuhost-harness/%s/cpu.stat" % cid, 1e6),
+                            ("/sys/fs/cgroup/gpuhost-harness/%s/cpu.stat" % cid, 1e6),
+                            ("/sys/fs/cgroup/cpuacct/gpuhost-harness/%s/cpuacct.usage" % cid, 1e9)):
+            if os.path.exists(path):
+                with open(path, encoding="ascii") as fh:
+                    text = fh.read()
+                value = text.split("usage_usec", 1)[1].split()[0] if "usage_usec" in text else text.strip()
+                targets += int(value) / scale
+                break
+    return usage.ru_utime + usage.ru_stime, targets
+
+
+def slowest_tasks(output, count=8):
+    """The first lines of profile_tasks' recap (ansible.cfg enables it): the slowest tasks first."""
+    lines = output.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("TASKS RECAP")), None)
+    if start is None:
+        return []
+    return ["  " + line for line in lines[start + 1:] if re.search(r" -+ [0-9.]+s$", line)][:count]
 
 
 def group_vars():
@@ -144,30 +178,38 @@ def main():
             try:
                 inventory = start_clones(count, workdir, names)
                 reports = os.path.join(workdir, "reports-%d" % count)
+                cpu_before = cpu_seconds(names)
                 seconds, proc = timed([os.path.join(BIN, "ansible-playbook"), "-i", inventory,
                                        "playbooks/drift.yml", "--check", "-e", "gpuhost_reports_dir=%s" % reports])
-                rows.append((count, seconds, proc.returncode))
-                print("bench: drift.yml --check over %2d hosts: %6.1f s (rc %d)" % (count, seconds, proc.returncode),
-                      flush=True)
+                cpu_after = cpu_seconds(names)
+                control_cpu, target_cpu = (cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1])
+                rows.append((count, seconds, proc.returncode, control_cpu, target_cpu))
+                print("bench: drift.yml --check over %2d hosts: %6.1f s (rc %d), CPU s: control node %.1f,"
+                      " targets %.1f" % (count, seconds, proc.returncode, control_cpu, target_cpu), flush=True)
                 if count == 1:
                     setup_s, setup = timed([os.path.join(BIN, "ansible"), "-i", inventory, "gpu_hosts",
                                             "-m", "ansible.builtin.setup"])
                     site_s, site = timed([os.path.join(BIN, "ansible-playbook"), "-i", inventory, "site.yml"])
                     changed = [line for line in site.stdout.splitlines() if " changed=" in line and PREFIX in line]
                     noop = (setup_s, setup.returncode, site_s, site.returncode, changed)
-                    print("bench: setup %.1f s (rc %d), no-op site.yml %.1f s (rc %d)"
+                    print("bench: setup %.1f s (rc %d), no-op site.yml %.1f s (rc %d); its slowest tasks:"
                           % (setup_s, setup.returncode, site_s, site.returncode), flush=True)
+                    print("\n".join(slowest_tasks(site.stdout)), flush=True)
             finally:
                 remove(names)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    one = next((s for n, s, _ in rows if n == 1), None)
-    print("\n| hosts | drift --check wall s | ratio to 1 host | rc |\n|---:|---:|---:|---:|")
-    for count, seconds, rc in rows:
-        print("| %d | %.1f | %s | %d |" % (count, seconds, "%.2f" % (seconds / one) if one else "-", rc))
+    one = next((r for r in rows if r[0] == 1), None)
+    cores = os.cpu_count() or 1
+    print("\n| hosts | drift --check wall s | ratio to 1 host | rc | control-node CPU s | targets' CPU s |"
+          " CPU-bound floor s (all CPU / %d cores) |\n|---:|---:|---:|---:|---:|---:|---:|" % cores)
+    for count, seconds, rc, control_cpu, target_cpu in rows:
+        print("| %d | %.1f | %s | %d | %.1f | %.1f | %.1f |" % (
+            count, seconds, "%.2f" % (seconds / one[1]) if one else "-", rc, control_cpu, target_cpu,
+            (control_cpu + target_cpu) / cores))
     biggest = max(rows) if rows else None
     if one and biggest and biggest[0] > 1:
-        ratio = biggest[1] / one
+        ratio = biggest[1] / one[1]
         print("%d hosts / 1 host = %.2f x (target <= %.1f x): %s" % (biggest[0], ratio, RATIO_TARGET,
                                                                       "met" if ratio <= RATIO_TARGET else "NOT met"))
     if noop:
