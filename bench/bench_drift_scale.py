@@ -2,7 +2,7 @@
 """Drift check over N simulated GPU hosts (N = 1, 4, 8, 16), and a no-op site.yml against a bare setup.
 
 Targets (issue "Drift runs after driver upgrades"): `drift.yml --check` over 16 hosts within 3 x the
-time for one (forks >= 16, pipelining, min facts); a no-op `site.yml` on a converged host within
+time for one (forks >= 16, pipelining, only the facts needed: none); a no-op `site.yml` on a converged host within
 4 x `ansible -m ansible.builtin.setup` of the same host. It reports; it never fails.
 
 How: molecule's `drift` scenario converges one simulated host (create, prepare, converge: untimed),
