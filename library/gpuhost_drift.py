@@ -86,9 +86,7 @@ manual:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.atomic_file import read_text
 from ansible.module_utils.daemon_json import DaemonJsonError, parse
-from ansible.module_utils.drift import compare, parse_dpkg_status
-
-DPKG_FORMAT = "${Package}\\t${Version}\\t${db:Status-Want}\\t${db:Status-Status}\\n"
+from ansible.module_utils.drift import DPKG_FORMAT, compare, parse_dpkg_status
 
 
 def dpkg_state(module, packages):

@@ -29,6 +29,9 @@ def _stack_check(stack, name):
     return {}
 
 
+DPKG_FORMAT = "${Package}\\t${Version}\\t${db:Status-Want}\\t${db:Status-Status}\\n"
+
+
 def parse_dpkg_status(stdout):
     """{package: {"version": v, "want": w, "status": s}} from
     `dpkg-query -W -f='${Package}\\t${Version}\\t${db:Status-Want}\\t${db:Status-Status}\\n' PKG...`."""
