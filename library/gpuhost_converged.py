@@ -108,6 +108,7 @@ fingerprint:
   type: dict
 """
 
+import hashlib
 import json
 import os
 
@@ -137,15 +138,23 @@ def serving_instances(record):
 
 
 def container_state(module, docker, names):
-    """{name: "Id Image"} and {name: State.Status} of the serving containers."""
+    """{name: "Id Image HostConfig-digest"} and {name: State.Status} of the serving containers.
+
+    A changed configuration means a new container (a new Id), except what `docker update` changes in
+    place (restart policy, resources): hence the HostConfig digest.
+    """
     identity, status = {}, {}
     usable = bool(docker) and os.access(docker, os.X_OK)
     for name in sorted(names):
-        rc, out, _err = (module.run_command([docker, "inspect", "-f", "{{.Id}} {{.Image}} {{.State.Status}}", name])
+        rc, out, _err = (module.run_command([docker, "inspect", "-f",
+                                             "{{.Id}} {{.Image}} {{.State.Status}} {{json .HostConfig}}", name])
                          if usable else (1, "", ""))
-        fields = out.split() if rc == 0 else []
-        identity[name] = " ".join(fields[:2]) if len(fields) == 3 else "absent"
-        status[name] = fields[2] if len(fields) == 3 else "absent"
+        fields = out.strip().split(" ", 3) if rc == 0 else []
+        if len(fields) == 4:
+            identity[name] = "%s %s %s" % (fields[0], fields[1], hashlib.sha256(fields[3].encode()).hexdigest()[:16])
+            status[name] = fields[2]
+        else:
+            identity[name], status[name] = "absent", "absent"
     return identity, status
 
 

@@ -10,3 +10,18 @@ for sub in ("module_utils", "library", "bin"):
 
 CORPUS = os.path.join(os.path.dirname(ROOT), "shared", "corpus")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+
+ANSIBLE = os.path.join(os.path.dirname(sys.executable), "ansible")
+
+
+def run_ansible_module(module, args, *flags, cwd="/"):
+    """One task of `module` (from library/) on localhost through real ansible: its result as a dict."""
+    import json
+    import subprocess
+    env = dict(os.environ, ANSIBLE_LIBRARY=os.path.join(ROOT, "library"),
+               ANSIBLE_MODULE_UTILS=os.path.join(ROOT, "module_utils"),
+               ANSIBLE_LOCALHOST_WARNING="False", ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
+               ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
+    proc = subprocess.run([ANSIBLE, "localhost", "-c", "local", "-m", module, "-a", json.dumps(args), *flags],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=cwd)
+    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]

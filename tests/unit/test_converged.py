@@ -2,17 +2,14 @@
 the gpuhost_converged module run by real ansible on local files."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import FIXTURES, ROOT
+from conftest import ANSIBLE, FIXTURES, run_ansible_module
 from converged import (differences, fingerprint, parse_os_release, parse_systemctl_show,
                        path_digests)
 from drift import parse_dpkg_status
 
-ANSIBLE = os.path.join(os.path.dirname(sys.executable), "ansible")
 HOST = os.path.join(FIXTURES, "host")
 
 
@@ -109,13 +106,7 @@ needs_ansible = pytest.mark.skipif(not os.path.exists(ANSIBLE), reason="ansible 
 
 
 def run_module(args, *flags):
-    env = dict(os.environ, ANSIBLE_LIBRARY=os.path.join(ROOT, "library"),
-               ANSIBLE_MODULE_UTILS=os.path.join(ROOT, "module_utils"),
-               ANSIBLE_LOCALHOST_WARNING="False", ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
-               ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
-    proc = subprocess.run([ANSIBLE, "localhost", "-c", "local", "-m", "gpuhost_converged", "-a", json.dumps(args),
-                           *flags], capture_output=True, text=True, env=env, timeout=120, cwd="/")
-    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return run_ansible_module("gpuhost_converged", args, *flags)
 
 
 @pytest.fixture

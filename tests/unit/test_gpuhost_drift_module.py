@@ -2,14 +2,11 @@
 record is passed (drift.yml's check gathers no facts)."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ANSIBLE, run_ansible_module
 
-ANSIBLE = os.path.join(os.path.dirname(sys.executable), "ansible")
 pytestmark = pytest.mark.skipif(not os.path.exists(ANSIBLE), reason="ansible not installed in this venv")
 
 LAYERS = ("driver", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "health")
@@ -20,13 +17,7 @@ STACK = {"driver_version": "580.105.08", "gpu_state": "ok",
 
 
 def run_module(args, *flags):
-    env = dict(os.environ, ANSIBLE_LIBRARY=os.path.join(ROOT, "library"),
-               ANSIBLE_MODULE_UTILS=os.path.join(ROOT, "module_utils"),
-               ANSIBLE_LOCALHOST_WARNING="False", ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
-               ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
-    proc = subprocess.run([ANSIBLE, "localhost", "-c", "local", "-m", "gpuhost_drift", "-a", json.dumps(args), *flags],
-                          capture_output=True, text=True, env=env, timeout=120, cwd="/")
-    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return run_ansible_module("gpuhost_drift", args, *flags)
 
 
 def test_reads_the_record_file_when_no_record_is_given(tmp_path):
