@@ -113,9 +113,8 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import open_url
 from ansible.module_utils.atomic_file import read_text, write_atomic
-from ansible.module_utils.converged import (differences, fingerprint, parse_os_release,
+from ansible.module_utils.converged import (differences, fingerprint, health_problems, parse_os_release,
                                            parse_systemctl_show, path_digests)
 from ansible.module_utils.daemon_json import DaemonJsonError, parse
 from ansible.module_utils.drift import DPKG_FORMAT, parse_dpkg_status
@@ -156,24 +155,6 @@ def container_state(module, docker, names):
         else:
             identity[name], status[name] = "absent", "absent"
     return identity, status
-
-
-def health_problems(instances, status, timeout):
-    problems = []
-    for name in sorted(instances):
-        if status.get(name) != "running":
-            problems.append("serving: container %s is %s" % (name, status.get(name)))
-            continue
-        url = instances[name].get("url")
-        if not url:
-            continue
-        try:
-            code = open_url(url.rstrip("/") + "/health", timeout=timeout, validate_certs=False).getcode()
-        except Exception as exc:  # any failure to answer is the same finding: not healthy
-            code = getattr(exc, "code", None) or str(exc)
-        if code != 200:
-            problems.append("serving: %s/health answered %s" % (url.rstrip("/"), code))
-    return problems
 
 
 def host_fingerprint(module, instances, docker):

@@ -12,6 +12,8 @@ import hashlib
 import os
 import stat
 
+from ansible.module_utils.urls import open_url
+
 FORMAT = 1
 # Compared item by item, in this order, so a miss names what changed.
 SECTIONS = ("code", "inputs", "os", "driver_loaded", "reboot_required", "packages", "units", "files",
@@ -122,3 +124,24 @@ def differences(recorded, current):
             else:
                 found.append("%s: was %r, is %r" % (section, before, after))
     return found
+
+
+def health_problems(instances, status, timeout):
+    """Serving containers that are not running, or whose /health does not answer 200, as messages."""
+    problems = []
+    for name in sorted(instances):
+        if status.get(name) != "running":
+            problems.append("serving: container %s is %s" % (name, status.get(name)))
+            continue
+        url = instances[name].get("url")
+        if not url:
+            continue
+        try:
+            # The host's own serving address: never through a proxy.
+            code = open_url(url.rstrip("/") + "/health", timeout=timeout, validate_certs=False,
+                            use_proxy=False).getcode()
+        except Exception as exc:  # any failure to answer is the same finding: not healthy
+            code = getattr(exc, "code", None) or str(exc)
+        if code != 200:
+            problems.append("serving: %s/health answered %s" % (url.rstrip("/"), code))
+    return problems

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from conftest import ANSIBLE, FIXTURES, run_ansible_module
-from converged import (differences, fingerprint, parse_os_release, parse_systemctl_show,
+from converged import (differences, fingerprint, health_problems, parse_os_release, parse_systemctl_show,
                        path_digests)
 from drift import parse_dpkg_status
 
@@ -98,6 +98,36 @@ def test_path_digests_walk_directories_and_see_content_links_and_removal(tmp_pat
     (tmp_path / "d" / "a.json").write_text('{"runtimes": {}}')
     assert path_digests(str(tmp_path / "d")) != first
     assert path_digests(str(tmp_path / "missing")) == {str(tmp_path / "missing"): "absent"}
+
+
+def test_serving_health_is_asked_over_http(tmp_path):
+    """A real HTTP server on loopback: 200 is healthy, 503 and a closed port are problems, and a
+    container that is not running is one without asking."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self.send_response(200 if self.path == "/ok/health" else 503)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = "http://127.0.0.1:%d" % server.server_port
+        instances = {"a": {"url": base + "/ok"}, "b": {"url": base + "/sick/"}, "c": {"url": "http://127.0.0.1:9"},
+                     "d": {"url": base + "/ok"}}
+        status = {"a": "running", "b": "running", "c": "running", "d": "exited"}
+        problems = health_problems(instances, status, timeout=5)
+    finally:
+        server.shutdown()
+    assert problems[0] == "serving: %s/sick/health answered 503" % base
+    assert problems[1].startswith("serving: http://127.0.0.1:9/health answered ")
+    assert problems[2] == "serving: container d is exited"
+    assert len(problems) == 3
 
 
 # --- the module, through real ansible ---------------------------------------------------------------
