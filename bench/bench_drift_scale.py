@@ -10,7 +10,8 @@ which is committed to an image; N clones of it are started on the harness's dock
 scenario's platform settings and the scenario's inventory variables, and the runs are timed with the
 repo's own ansible.cfg. The no-op site.yml is timed twice: with every role (gpuhost_common_fast_path=false,
 which also records the fingerprint for the bench inventory's variables) and then with the fast path (the
-default). Each fleet's drift check runs GPUHOST_BENCH_REPEATS times (3); the table shows the median run.
+default). Each fleet's drift check, the setup and the fast-path no-op run GPUHOST_BENCH_REPEATS times (3);
+the median run counts.
 The converged image is kept for the next run. Needs `make harness` first. Run: python bench/bench_drift_scale.py [N ...]
 """
 import json
@@ -35,7 +36,7 @@ IMAGE = "local/gpuhost-bench-converged:latest"
 PREFIX = "gpuhost-bench-"
 SIZES = [int(n) for n in sys.argv[1:]] or [1, 4, 8, 16]
 RATIO_TARGET = 3.0
-# Drift checks per fleet size; the table shows the median one.
+# Runs of each timed command (each fleet's drift check, the setup, the fast-path no-op): the median counts.
 REPEATS = max(1, int(os.environ.get("GPUHOST_BENCH_REPEATS", "3")))
 NOOP_TARGET = 4.0
 
