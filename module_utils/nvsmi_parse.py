@@ -23,7 +23,7 @@ class ParseError(ValueError):
 
 
 class UnsupportedForm(ParseError):
-    """A recognised nvidia-smi form that carries no device facts (dmon, pmon, -q excerpts)."""
+    """A recognised nvidia-smi form that carries no device facts (dmon, pmon, -q excerpts, topo, mig)."""
 
 
 class TruncatedInput(ParseError):
@@ -1099,6 +1099,20 @@ def parse_error(data):
 _DMON = re.compile(r"^#\s*gpu\s+(?:pwr|sm|gtemp|temp)\b", re.I | re.M)
 _PMON = re.compile(r"^#\s*gpu\s+pid\s+type\b", re.I | re.M)
 
+# Other nvidia-smi outputs without device facts, named in the refusal instead of "not recognised"
+# (detect_form still answers None for them; nothing is parsed).
+_NO_FACTS = (
+    (re.compile(r"^[ \t]*GPU0[ \t]+X(?:[ \t]|$)", re.M),
+     "nvidia-smi topo output (a GPU/NIC connection matrix) has no device facts; "
+     "capture 'nvidia-smi -q -x' for facts"),
+    (re.compile(r"^\|[ \t]*(?:GPU|Compute) instance(?: profile)?s:[ \t]*\|", re.I | re.M),
+     "nvidia-smi mig instance listing (-lgip/-lgi/-lcip/-lci) has no device facts; "
+     "capture 'nvidia-smi -q -x' for facts"),
+    (re.compile(r"^[ \t]*Fabric[ \t]*\n[ \t]+State[ \t]+:", re.M),
+     "an excerpt of nvidia-smi -q (a 'Fabric' section without its 'GPU <bus id>' section): "
+     "no device facts"),
+)
+
 
 # ---------------------------------------------------------------------------------------------
 # form detection and normalisation
@@ -1176,6 +1190,9 @@ def parse_output(data):
         raise ParseError("empty input")
     form = detect_form(text)
     if form is None:
+        for regex, reason in _NO_FACTS:
+            if regex.search(text):
+                raise UnsupportedForm(reason)
         raise ParseError("not a recognised nvidia-smi output")
     if form == "csv_headerless":
         raise UnsupportedForm("CSV without a header line and not the module's field list: the columns "

@@ -225,6 +225,72 @@ EXPECTED = {
         processes=[]),
     "054_q-grep_clocks-throttle-reasons_old-naming_2018.txt": dict(
         refused=n.UnsupportedForm, reason="excerpt", reasons=["gpu_idle"]),
+    # Full -q of HGX / SXM boards: the Fabric section is read past (fabric facts are other work).
+    "055_q_565.57.01_8xH100-SXM_fabric-completed-cliqueid0.txt": dict(
+        form="q", driver="565.57.01", cuda="12.7", attached=8, gpu_count=8,
+        gpus=[dict(index=0, name=H100, mem=(1, 81559), persistence=True, mig_mode=False,
+                   uuid="GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1", pci_bus_id="00000000:18:00.0",
+                   pci_device_id="0x2330", memory_reserved_mib=454, memory_free_mib=81106,
+                   architecture="Hopper", performance_state="P0", fan_speed_pct=None, utilization_gpu=0,
+                   power_draw_w=100.89, power_limit_w=700.0, temperature_c=30,
+                   clocks_event_reasons_active=["gpu_idle"])],
+        last_gpu=dict(index=7, name=H100, mem=(1, 81559), persistence=True,
+                      uuid="GPU-33135771-a848-ece1-b61e-489e221d663c", pci_bus_id="00000000:DB:00.0",
+                      memory_reserved_mib=454, power_draw_w=75.09, temperature_c=29),
+        processes=[]),
+    "056_q_555.42.02_4xA100-SXM4-80GB_fabric-NA_no-nvswitch.txt": dict(
+        form="q", driver="555.42.02", cuda="12.5", attached=4,
+        gpus=[dict(index=0, name="NVIDIA A100-SXM4-80GB", mem=(1, 81920), persistence=True, mig_mode=False,
+                   uuid="GPU-31515c3d-1414-7c2c-004a-f86a898946ac", pci_bus_id="00000000:68:00.0",
+                   pci_device_id="0x20b2", memory_reserved_mib=763, memory_free_mib=81158,
+                   architecture="Ampere", power_draw_w=59.77, power_limit_w=500.0, temperature_c=25,
+                   clocks_event_reasons_active=["gpu_idle"]),
+              dict(index=1, name="NVIDIA A100-SXM4-80GB", mem=(1, 81920), persistence=True,
+                   uuid="GPU-72d87681-01db-370e-567d-41afcf20fad0", pci_bus_id="00000000:9E:00.0"),
+              dict(index=2, name="NVIDIA A100-SXM4-80GB", mem=(1, 81920), persistence=True,
+                   uuid="GPU-62989189-9e1e-ac75-4676-114f14998542", pci_bus_id="00000000:C2:00.0"),
+              dict(index=3, name="NVIDIA A100-SXM4-80GB", mem=(1, 81920), persistence=True,
+                   uuid="GPU-011b2cfe-2b8e-1cb0-19e1-1b764e854dfc", pci_bus_id="00000000:D4:00.0",
+                   power_draw_w=62.21, temperature_c=23)],
+        processes=[]),
+    # driver 590: only "Average/Instantaneous Power Draw"; the average is reported
+    "057_q_590.48.01_H100-SXM-1gpu-vm_fabric-completed-health-block.txt": dict(
+        form="q", driver="590.48.01", cuda="13.1", attached=1,
+        gpus=[dict(index=0, name=H100, mem=(0, 81559), persistence=True, mig_mode=False, uuid=MASKED_UUID,
+                   pci_bus_id="00000000:00:09.0", pci_device_id="0x2330", memory_reserved_mib=479,
+                   memory_free_mib=81081, architecture="Hopper", utilization_gpu=0, power_draw_w=69.85,
+                   power_limit_w=700.0, temperature_c=41, clocks_event_reasons_active=["gpu_idle"])],
+        processes=[]),
+    "058_topo-m_590.48.01_H100-SXM-1gpu-vm_ansi-underline-header.txt": dict(
+        refused=n.UnsupportedForm, reason="topo"),
+    "059_q-grep-fabric_570.133.20_8xH100-SXM_p5-rhel9_in-progress.txt": dict(
+        refused=n.UnsupportedForm, reason="excerpt"),
+    "060_q-grep-fabric_570.133.20_8xH100-SXM_p5-rhel9_completed.txt": dict(
+        refused=n.UnsupportedForm, reason="excerpt"),
+    # the table shows nothing of the fabric: 8 healthy-looking idle GPUs
+    "061_table_570.133.20_8xH100-SXM_p5-rhel9_fabric-in-progress-looks-healthy.txt": dict(
+        form="table", driver="570.133.20", cuda="12.8", gpu_count=8,
+        gpus=[dict(index=0, name=H100, mem=(0, 81559), persistence=False, pci_bus_id="00000000:53:00.0",
+                   mig_mode=False, fan_speed_pct=None, temperature_c=26, performance_state="P0",
+                   power_draw_w=67.0, power_limit_w=700.0, utilization_gpu=0, compute_mode="Default")],
+        last_gpu=dict(index=7, name=H100, mem=(0, 81559), persistence=False, pci_bus_id="00000000:CA:00.0",
+                      mig_mode=False, temperature_c=26, power_draw_w=70.0),
+        processes=[]),
+    "062_topo-m_8xH200_NV18_10xNIC-mlx5.txt": dict(refused=n.UnsupportedForm, reason="topo"),
+    "063_topo-m_8xRTX4090_pcie-only_all-SYS_legend-cut.txt": dict(refused=n.UnsupportedForm, reason="topo"),
+    "064_topo-m_2xRTX5090_pcie-PHB.txt": dict(refused=n.UnsupportedForm, reason="topo"),
+    "065_topo-p2p-rw_2xRTX5090_GNS-gpu-not-supported.txt": dict(refused=n.UnsupportedForm, reason="topo"),
+    "066_q-grep-fabric_completed-success_health-unhealthy_cliqueid2.txt": dict(
+        refused=n.UnsupportedForm, reason="excerpt"),
+    "067_q-fabric_completed-insufficient-resources_cliqueid0_dedented.txt": dict(
+        refused=n.UnsupportedForm, reason="excerpt"),
+    "068_L_535.216.01_A100-SXM4-80GB_MIG-7x1g.10gb.txt": dict(
+        form="list", gpus=[dict(index=0, name="NVIDIA A100-SXM4-80GB", mig_mode=True,
+                                uuid="GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16",
+                                mig_profiles=["1g.10gb"] * 7)],
+        processes=[]),
+    "069_mig-lgip_A30-profiles_all-allocated-0-free.txt": dict(refused=n.UnsupportedForm, reason="mig instance listing"),
+    "070_mig-lgi_A30_4x1g.6gb.txt": dict(refused=n.UnsupportedForm, reason="mig instance listing"),
 }
 
 
