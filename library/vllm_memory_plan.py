@@ -9,39 +9,58 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: vllm_memory_plan
-short_description: Plan a vLLM instance's GPU memory before starting it
+short_description: Plan vLLM instances' GPU memory before starting them
 description:
-  - Computes what vLLM will compute at start, before the container is started -
-    budget = GPU memory x C(gpu_memory_utilization); KV share = budget - weights -
-    non-torch memory - activation peak; KV tokens (whole 16-token blocks) and the
-    maximum concurrency at C(max_model_len).
-  - Verdict C(refuse) below 1.0x concurrency (it would start, then fail on the first
-    full-length request), when the KV share is not positive, when the budget is more
+  - Computes what vLLM will compute at start, before any container starts. The budget is
+    C(gpu_memory_utilization) x the total CUDA reports (nvidia-smi's Total minus the
+    driver's Reserved); the KV share is the budget minus the weights, the activation
+    peak of vLLM's profiling run, non-torch memory and (vLLM 0.20+) the estimated
+    CUDA-graph memory; then KV tokens and the maximum concurrency at C(max_model_len),
+    counted as that vLLM version counts them.
+  - The overheads are modelled per vLLM engine generation from the model's shapes
+    (hidden and MLP sizes, MoE layout, vocabulary, vision tower), the batch defaults of
+    that version on that GPU, and its sampler; the version comes from the image tag or
+    O(vllm_version). Figures this host measured at an earlier start of the same image,
+    model and arguments (O(measured_path), written by C(vllm_plan_measurement)) win over
+    the model; given figures win over both.
+  - Every plan carries a band (the model's own error on real startup logs). Verdict
+    C(refuse) only when even the optimistic end of the band holds less than one
+    full-length request, when the KV share cannot be positive, when the budget is more
     than the free memory, or when several instances on one GPU ask for more than the
-    device; C(warn) from 1.0x to 4.0x (little or no batching); C(ok) from 4.0x.
+    device; C(warn) inside the band around 1x and below 4x; C(ok) from 4x.
   - Returns remedies ranked by effect, each with the figures it would give.
-  - Reads only C(config.json), the safetensors headers (never the tensor data) and
-    C(model.safetensors.index.json) of O(model_dir); never changes anything.
-  - Does not fail on C(refuse) unless O(fail_on_refuse) is set; the role decides.
+  - Two ways to call it. One plan from O(gpu_memory_mib) or O(gpu_name) and a model; or
+    every instance of a host from O(host_instances) and O(gpus) (the vllm role), which
+    also counts memory held by processes that are not O(own_container_ids) (their
+    C(/proc/PID/cgroup)) and returns the text the role prints.
+  - Reads only C(config.json), the safetensors headers (never the tensor data),
+    C(model.safetensors.index.json), C(/proc/PID/cgroup) and O(measured_path); never
+    changes anything.
 version_added: "0.1.0"
 author: gpuhost
 options:
   gpu_memory_mib:
-    description: Total memory of one GPU in MiB (nvidia-smi C(memory.total), from facts).
+    description: Total memory of one GPU in MiB as nvidia-smi prints it (C(memory.total)).
     type: int
-    required: true
+  gpu_reserved_mib:
+    description:
+      - Memory the driver reserves (nvidia-smi -q, FB Memory Usage, Reserved). Default - the
+        catalogue's figure for O(gpu_name), else 500 MiB; the band then widens.
+    type: int
+  gpu_name:
+    description: GPU product name (nvidia-smi) or a catalogue key (L4, A100-80GB, H100-SXM, H200 ...).
+    type: str
   gpu_memory_utilization:
-    description: vLLM C(--gpu-memory-utilization), a share of the whole device.
+    description: vLLM C(--gpu-memory-utilization), a share of the whole device. Default that version's (0.90, 0.92 from 0.20).
     type: float
-    default: 0.9
   max_model_len:
     description: vLLM C(--max-model-len). Defaults to the model's C(max_position_embeddings).
     type: int
   model_dir:
     description:
       - Model directory on the managed host (C(config.json) plus safetensors shards or
-        their index). Multimodal configs (C(text_config)), sliding-window/full hybrids
-        (C(layer_types), C(sliding_window_pattern)) and MLA (C(kv_lora_rank)) are understood.
+        their index). Multimodal configs (C(text_config), LLaVA's library defaults),
+        sliding-window/full hybrids, MoE and MLA are understood.
       - Either this or O(weights_gib) with O(kv_bytes_per_token).
     type: path
   weights_gib:
@@ -51,10 +70,13 @@ options:
     description: KV bytes per token of the whole model at 16-bit; overrides O(model_dir).
     type: int
   non_torch_gib:
-    description: Non-torch memory per GPU (CUDA context, NCCL/cuBLAS workspaces). Default 1.0.
+    description: Non-torch memory per GPU, when measured; default the model's estimate.
     type: float
   activation_gib:
-    description: Activation peak of the profiling forward per GPU. Default max(1.0, 0.08 x weights per GPU).
+    description: Activation peak of the profiling run per GPU, when measured; default the model's estimate.
+    type: float
+  cuda_graph_gib:
+    description: CUDA-graph memory vLLM subtracts (0.20+), when measured; default the model's estimate.
     type: float
   kv_cache_dtype:
     description: vLLM C(--kv-cache-dtype); C(auto) is the model dtype, C(fp8*) is one byte.
@@ -67,6 +89,22 @@ options:
     description: vLLM C(--tensor-parallel-size).
     type: int
     default: 1
+  max_num_seqs:
+    description: vLLM C(--max-num-seqs); default that version's for this GPU.
+    type: int
+  max_num_batched_tokens:
+    description: vLLM C(--max-num-batched-tokens); default that version's for this GPU.
+    type: int
+  vllm_version:
+    description: vLLM version whose rules to use (e.g. C(0.11.0)); default from O(image), else the newest known.
+    type: str
+  image:
+    description: Serving image; its tag names the vLLM version (C(vllm/vllm-openai:v0.11.0)).
+    type: str
+  enforce_eager:
+    description: vLLM C(--enforce-eager) (no CUDA graphs).
+    type: bool
+    default: false
   held_mib:
     description: Memory already held on the GPU by other processes (MiB).
     type: int
@@ -95,12 +133,37 @@ options:
         description: GPU it runs on.
         type: int
         default: 0
-  max_num_batched_tokens:
-    description: Scheduler step size; only used for the window of sliding-window layers.
-    type: int
-    default: 2048
+  host_instances:
+    description:
+      - Every instance of the host as the vllm role resolved it (name, image, model,
+        gpu_indexes, gpu_memory_utilization, max_model_len, tensor_parallel_size,
+        kv_cache_dtype, quantization, max_num_seqs, extra_args, non_torch_gib,
+        activation_gib). Plans them all; needs O(gpus) and O(models_dir).
+    type: list
+    elements: dict
+  gpus:
+    description: The host's GPU facts (index, name, memory_total_mib, memory_reserved_mib).
+    type: list
+    elements: dict
+  processes:
+    description: The host's GPU processes (facts - pid, gpu_index, used_mib); memory they hold counts unless theirs.
+    type: list
+    elements: dict
+    default: []
+  own_container_ids:
+    description: Ids of the serving containers this role manages (their processes are not "held by others").
+    type: list
+    elements: str
+    default: []
+  models_dir:
+    description: Host directory holding the instances' model directories.
+    type: path
+  measured_path:
+    description: Measurements of earlier starts on this host (JSON); a missing file is none.
+    type: path
+    default: /var/lib/gpuhost/vllm-measured.json
   fail_on_refuse:
-    description: Fail the task (naming the numbers and the top remedy) when the verdict is C(refuse).
+    description: Fail the task (naming the numbers and the remedies) when a verdict is C(refuse).
     type: bool
     default: false
 notes:
@@ -110,25 +173,21 @@ notes:
 EXAMPLES = r"""
 - name: Plan the KV cache before starting vLLM
   vllm_memory_plan:
-    gpu_memory_mib: "{{ gpuhost_gpus[0].memory_total_mib }}"
+    gpu_memory_mib: "{{ ansible_facts.nvidia.gpus[0].memory_total_mib }}"
+    gpu_reserved_mib: "{{ ansible_facts.nvidia.gpus[0].memory_reserved_mib }}"
+    gpu_name: "{{ ansible_facts.nvidia.gpus[0].name }}"
     gpu_memory_utilization: 0.90
     max_model_len: 32768
     model_dir: /models/Qwen2.5-14B-Instruct
+    image: vllm/vllm-openai:v0.11.0
   register: vllm_plan
 
-- name: Stop here when one full-length request would not fit
-  ansible.builtin.assert:
-    that: vllm_plan.plan.verdict != 'refuse'
-    fail_msg: "{{ vllm_plan.plan.reasons | map(attribute='message') | join('; ') }}"
-
-- name: Four instances on one L4 must share its memory
+- name: Plan every instance of the host, and stop on a refusal
   vllm_memory_plan:
-    gpu_memory_mib: 23034
-    gpu_memory_utilization: 0.23
-    max_model_len: 4096
-    weights_gib: 2.0
-    kv_bytes_per_token: 36864
-    instances: "{{ vllm_instances }}"
+    host_instances: "{{ vllm_resolved }}"
+    gpus: "{{ ansible_facts.nvidia.gpus }}"
+    processes: "{{ ansible_facts.nvidia.processes }}"
+    models_dir: /srv/models
     fail_on_refuse: true
 """
 
@@ -138,35 +197,35 @@ changed:
   returned: always
   type: bool
 plan:
-  description: The memory plan.
-  returned: success
+  description: The memory plan (single-instance call).
+  returned: when O(host_instances) is not given
   type: dict
   contains:
     verdict: {description: ok, warn or refuse., type: str, sample: warn}
-    reasons: {description: "List of {code, message}; codes free_memory_below_budget, kv_share_not_positive, concurrency_below_1, concurrency_below_4, instances_overflow.", type: list}
-    budget_mib: {description: round(gpu_memory_mib x gpu_memory_utilization)., type: int, sample: 9214}
+    reasons: {description: "List of {code, message}; codes free_memory_below_budget, kv_share_not_positive, concurrency_below_1, concurrency_near_1, concurrency_below_4, instances_overflow.", type: list}
+    budget_mib: {description: round(cuda_total_mib x gpu_memory_utilization)., type: int, sample: 9040}
     budget_gib: {description: Budget in GiB., type: float}
-    gpu_memory_mib: {description: As given., type: int}
-    gpu_memory_gib: {description: gpu_memory_mib / 1024., type: float}
-    gpu_memory_utilization: {description: As given., type: float}
+    gpu_memory_mib: {description: nvidia-smi's Total., type: int}
+    gpu_reserved_mib: {description: The driver's reservation used., type: int}
+    gpu_reserved_source: {description: "facts, catalogue <card> (driver ...), or default.", type: str}
+    cuda_total_mib: {description: Total minus reserved - what the utilisation applies to., type: int}
+    gpu_memory_utilization: {description: As given (or that version's default)., type: float}
     held_mib: {description: As given., type: int}
-    free_mib: {description: gpu_memory_mib - held_mib., type: int}
+    free_mib: {description: cuda_total_mib - held_mib., type: int}
     tensor_parallel_size: {description: As given., type: int}
     weights_gib: {description: Weights per GPU., type: float}
-    weights_total_gib: {description: Weights of the whole model., type: float}
-    weights_source: {description: safetensors_headers, index_total_size or given., type: str}
-    non_torch_gib: {description: Used figure., type: float}
-    activation_gib: {description: Used figure., type: float}
-    estimates: {description: "{non_torch_gib, activation_gib}: given or default.", type: dict}
+    weights_source: {description: safetensors_headers, index_total_size, given or measured on this host., type: str}
+    activation_gib: {description: Activation peak of the profiling run per GPU., type: float}
+    non_torch_gib: {description: Non-torch memory per GPU., type: float}
+    cuda_graph_gib: {description: CUDA-graph memory subtracted before the KV cache (0.20+)., type: float}
+    estimates: {description: "Per figure: model, given, measured on this host, or rough (no config.json).", type: dict}
+    overhead_parts: {description: "The model's parts: forward_gib, sampler_gib, sampler_path, encoder_gib, cuda_graphs.", type: dict}
+    engine: {description: "vllm_version, version_source, rules (the generation used), max_num_batched_tokens, max_num_seqs.", type: dict}
     kv_cache_gib: {description: KV share per GPU (negative when nothing is left)., type: float}
-    kv_cache_dtype: {description: As given., type: str}
     kv_bytes_per_token: {description: KV bytes per token per GPU., type: int}
-    kv_cache_tokens: {description: KV share / bytes per token, floored to whole blocks., type: int}
-    block_size: {description: KV block size in tokens., type: int}
-    max_model_len: {description: Used max_model_len., type: int}
+    kv_cache_tokens: {description: KV tokens as that vLLM logs them., type: int}
     max_concurrency: {description: Full-length requests the KV cache holds at once., type: float}
-    quantization: {description: Weight quantisation method or null., type: str}
-    model: {description: Architecture read from config.json (absent for explicit figures)., type: dict}
+    band: {description: "share, gib, source, kv_cache_tokens [low, high], max_concurrency [low, high].", type: dict}
     instances: {description: "Per GPU: {gpu_index, names, sum_utilization, required_mib, held_mib, total_mib, fits}.", type: list}
     remedies:
       description: >-
@@ -176,27 +235,61 @@ plan:
         quantize_weights_int4, kv_cache_fp8, tensor_parallel, lower_max_model_len,
         raise_gpu_memory_utilization, lower_gpu_memory_utilization. Empty when the verdict is ok.
       type: list
+plans:
+  description: The plan of every instance, by name (host call).
+  returned: when O(host_instances) is given
+  type: dict
+lines:
+  description: The plans as text, the lines the role prints (host call).
+  returned: when O(host_instances) is given
+  type: list
+  elements: str
+refused:
+  description: Names of the instances whose plan refuses (host call).
+  returned: when O(host_instances) is given
+  type: list
+  elements: str
+held_mib:
+  description: MiB held on each GPU index by processes that are not this role's containers (host call).
+  returned: when O(host_instances) is given
+  type: dict
 """
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from ansible.module_utils.vllm_plan import PlanError, plan, refuse_message
+    from ansible.module_utils.vllm_plan import (PlanError, held_by_others, load_measurements, plan, plan_host,
+                                                refuse_message)
 except ImportError:  # unit tests import the module file directly
-    from vllm_plan import PlanError, plan, refuse_message
+    from vllm_plan import PlanError, held_by_others, load_measurements, plan, plan_host, refuse_message
+
+SINGLE = ("gpu_memory_mib", "gpu_reserved_mib", "gpu_name", "gpu_memory_utilization", "max_model_len",
+          "model_dir", "weights_gib", "kv_bytes_per_token", "non_torch_gib", "activation_gib", "cuda_graph_gib",
+          "kv_cache_dtype", "quantization", "tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens",
+          "vllm_version", "image", "enforce_eager", "held_mib", "gpu_index", "instances")
 
 ARGUMENT_SPEC = dict(
-    gpu_memory_mib=dict(type="int", required=True),
-    gpu_memory_utilization=dict(type="float", default=0.9),
+    gpu_memory_mib=dict(type="int"),
+    gpu_reserved_mib=dict(type="int"),
+    gpu_name=dict(type="str"),
+    gpu_memory_utilization=dict(type="float"),
     max_model_len=dict(type="int"),
     model_dir=dict(type="path"),
     weights_gib=dict(type="float"),
     kv_bytes_per_token=dict(type="int"),
     non_torch_gib=dict(type="float"),
     activation_gib=dict(type="float"),
+    cuda_graph_gib=dict(type="float"),
     kv_cache_dtype=dict(type="str", default="auto"),
     quantization=dict(type="str"),
     tensor_parallel_size=dict(type="int", default=1),
+    max_num_seqs=dict(type="int"),
+    max_num_batched_tokens=dict(type="int"),
+    vllm_version=dict(type="str"),
+    image=dict(type="str"),
+    enforce_eager=dict(type="bool", default=False),
     held_mib=dict(type="int", default=0),
     gpu_index=dict(type="int", default=0),
     instances=dict(type="list", elements="dict", default=[], options=dict(
@@ -204,34 +297,59 @@ ARGUMENT_SPEC = dict(
         gpu_memory_utilization=dict(type="float", required=True),
         gpu_index=dict(type="int", default=0),
     )),
-    max_num_batched_tokens=dict(type="int", default=2048),
+    host_instances=dict(type="list", elements="dict"),
+    gpus=dict(type="list", elements="dict"),
+    processes=dict(type="list", elements="dict", default=[]),
+    own_container_ids=dict(type="list", elements="str", default=[]),
+    models_dir=dict(type="path"),
+    measured_path=dict(type="path", default="/var/lib/gpuhost/vllm-measured.json"),
     fail_on_refuse=dict(type="bool", default=False),
 )
 
 
-def run(params):
+def read_file(path):
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return None
+
+
+def run(params, read=read_file):
     """(result dict, failure message or None) for module params."""
-    inputs = dict(params)
-    fail_on_refuse = inputs.pop("fail_on_refuse")
-    result = plan(**inputs)
-    if fail_on_refuse and result["verdict"] == "refuse":
-        return result, refuse_message(result)
+    if params.get("host_instances") is not None:
+        if not params.get("gpus") or not params.get("models_dir"):
+            raise PlanError("host_instances needs gpus (the GPU facts) and models_dir")
+        cgroups = {p.get("pid"): read("/proc/%s/cgroup" % p.get("pid")) for p in params["processes"]}
+        held = held_by_others(params["processes"], cgroups, params["own_container_ids"])
+        measurements = load_measurements(read(params["measured_path"]))
+        result = plan_host(params["host_instances"], params["gpus"], params["models_dir"], held, measurements)
+        result["held_mib"] = held
+        failure = result["message"] if params["fail_on_refuse"] and result["refused"] else None
+        return result, failure
+    inputs = {key: params.get(key) for key in SINGLE}
+    result = {"plan": plan(**inputs)}
+    if params["fail_on_refuse"] and result["plan"]["verdict"] == "refuse":
+        return result, refuse_message(result["plan"])
     return result, None
 
 
 def main():
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
-        required_one_of=[("model_dir", "weights_gib")],
+        required_one_of=[("model_dir", "weights_gib", "host_instances")],
+        mutually_exclusive=[("host_instances", "model_dir"), ("host_instances", "weights_gib")],
         supports_check_mode=True,
     )
+    if module.params["measured_path"]:
+        module.params["measured_path"] = os.path.expanduser(module.params["measured_path"])
     try:
         result, failure = run(module.params)
     except PlanError as exc:
         module.fail_json(msg="vllm memory plan: %s" % exc, changed=False)
     if failure:
-        module.fail_json(msg=failure, plan=result, changed=False)
-    module.exit_json(changed=False, plan=result)
+        module.fail_json(msg=failure, changed=False, **result)
+    module.exit_json(changed=False, **result)
 
 
 if __name__ == "__main__":

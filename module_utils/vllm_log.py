@@ -148,6 +148,21 @@ RE = {
     # 'ValueError: ...', 'torch.OutOfMemoryError: ...', 'requests.exceptions.HTTPError: ...'
     "exception": re.compile(r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception)(?::\s|:?$)"),
     "hang": re.compile(r"No available shared memory broadcast block found"),
+    # The profiling breakdown, where a version prints it (what the plan records as measured):
+    # V0 0.6.4 'peak_torch_memory=8.70GiB ... non_torch_memory=0.73GiB' (peak includes weights);
+    # V0 0.6.6 'non_torch_memory takes 0.36GiB; PyTorch activation peak memory takes 15.73GiB';
+    # V1 0.9.1+ DEBUG 'torch peak memory increase: 0.59GiB; non-torch forward increase memory: 0.06GiB';
+    # V1 0.10.2+ 'Actual usage is 5.79 GiB for weight, 0.17 GiB for peak activation, 0.02 GiB for
+    # non-torch memory, and 0.14 GiB for CUDAGraph memory'; 0.20+ 'Estimated CUDA graph memory: X GiB'.
+    "peak_torch_v0": re.compile(r"peak_torch_memory=" + _NUM + r"GiB.*non_torch_memory=" + _NUM + r"GiB"),
+    "profile_v066": re.compile(r"non_torch_memory takes " + _NUM + r" ?GiB; PyTorch activation peak memory takes "
+                               + _NUM + r" ?GiB"),
+    "profile_debug": re.compile(r"torch peak memory increase: " + _NUM + r" ?GiB; non-torch forward increase memory: "
+                                + _NUM + r" ?GiB"),
+    "profile_usage": re.compile(r"Actual usage is .*?" + _NUM + r" GiB for peak activation(?:, " + _NUM
+                                + r" GiB for non-torch memory)?"),
+    "graph_estimate": re.compile(r"Estimated CUDA graph memory: " + _NUM + r" ?GiB"),
+    "graph_profiling_on": re.compile(r"CUDA graph memory profiling is enabled"),
 }
 
 # Literal text each pattern needs: a substring test first keeps a 100k-character
@@ -164,6 +179,9 @@ GATES = {
     "max_seq_len_cfg": ("max_seq_len=",), "max_model_len_arg": ("max_model_len",),
     "max_len_in_error": ("max seq len",), "block_size": ("block_size",),
     "enforce_eager": ("enforce_eager",), "traceback": ("Traceback",), "hang": ("broadcast block",),
+    "peak_torch_v0": ("peak_torch_memory=",), "profile_v066": ("activation peak memory takes",),
+    "profile_debug": ("torch peak memory increase",), "profile_usage": ("for peak activation",),
+    "graph_estimate": ("Estimated CUDA graph memory",), "graph_profiling_on": ("graph memory profiling is enabled",),
 }
 # The same for the failure kinds, tested on the lower-cased line.
 FAILURE_GATES = {
@@ -262,7 +280,32 @@ def _new_run():
         "max_len_in_error": None, "block_size": None, "enforce_eager": False,
         "failures": [], "exceptions": [], "hints": [], "in_traceback": False,
         "warning_details": [], "after_start": None, "last_line": None, "hang": None,
+        "profile": [], "graph_estimate": [], "graph_profiling_on": False,
     }
+
+
+def _feed_profile(run, message):
+    """(activation GiB, non-torch GiB) per rank from a profiling breakdown line."""
+    m = _find("peak_torch_v0", message)
+    if m:
+        # peak_torch_memory includes the weights; the weights line came first.
+        weights = run["weights"][-1] if run["weights"] else None
+        if weights is not None:
+            run["profile"].append((_num(m.group(1)) - weights, _num(m.group(2))))
+        return
+    m = _find("profile_v066", message)
+    if m:
+        run["profile"].append((_num(m.group(2)), _num(m.group(1))))
+        return
+    m = _find("profile_debug", message) or _find("profile_usage", message)
+    if m:
+        run["profile"].append((_num(m.group(1)), _num(m.group(2)) if m.group(2) else None))
+        return
+    m = _find("graph_estimate", message)
+    if m:
+        run["graph_estimate"].append(_num(m.group(1)))
+    if _find("graph_profiling_on", message):
+        run["graph_profiling_on"] = True
 
 
 def _progressed(run):
@@ -341,6 +384,7 @@ def _feed(run, number, raw, level, message, proc, rank):
     m = _find("kv_size_v0", message)
     if m:
         run["kv_v0"].append(_num(_first_group(m)))
+    _feed_profile(run, message)
     m = _find("kv_tokens", message)
     if m:
         run["seen"].setdefault("kv_cache_allocated", number)
@@ -565,8 +609,24 @@ def report_run(run, lines_by_number):
         "enforce_eager": run["enforce_eager"],
         "api_url": run["api_url"],
         "vllm_version": run["version"],
+        "profile": _profile(run),
         "warnings": sorted({w["kind"] for w in warnings}, key=[w["kind"] for w in warnings].index),
         "warning_details": warnings,
+    }
+
+
+def _profile(run):
+    """What the profiling run measured, where the log prints it: the rank with the largest
+    activation (it sets the smallest KV share); the CUDA-graph estimate and whether it was
+    subtracted (0.20+)."""
+    if not run["profile"] and not run["graph_estimate"]:
+        return None
+    activation, non_torch = max(run["profile"], key=lambda p: p[0] or 0) if run["profile"] else (None, None)
+    return {
+        "activation_gib": None if activation is None else round(activation, 3),
+        "non_torch_gib": None if non_torch is None else round(non_torch, 3),
+        "cuda_graph_estimate_gib": max(run["graph_estimate"]) if run["graph_estimate"] else None,
+        "cuda_graph_profiling": run["graph_profiling_on"],
     }
 
 

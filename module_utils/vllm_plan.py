@@ -24,21 +24,36 @@ Estimates (the two figures vLLM only learns by profiling; both overridable):
                   014: 15.7 GiB for a 78B VLM) - pass the measured figure then.
   Both stay fixed when a remedy is recomputed (the seed's FP8 run kept 4.41 GiB).
 """
+import hashlib
 import json
 import math
 import os
 
 try:
     from ansible.module_utils.safetensors_header import checkpoint_weight_bytes, SafetensorsError
+    from ansible.module_utils import gpu_memory, vllm_overheads as vo
 except ImportError:  # plain import in unit tests and the CLI
     from safetensors_header import checkpoint_weight_bytes, SafetensorsError
+    import gpu_memory
+    import vllm_overheads as vo
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
 BLOCK_SIZE = 16  # vLLM's default KV block: the pool is counted in whole blocks
 MAX_UTILIZATION = 0.95  # highest value the utilisation remedy proposes
-DEFAULT_NON_TORCH_GIB = 1.0
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # only matters for sliding-window layers
+# The band (see band_of): the worst |error| of the predicted KV tokens on the table of real
+# startup logs (tests/unit/test_vllm_plan_corpus.py prints it), rounded up.
+BAND_SHARE = 0.03
+# Never narrower than this many GiB of KV share: the logs print GiB to two decimals and
+# the profiling run's small allocations vary by that much.
+BAND_FLOOR_GIB = 0.05
+MEASURED_BAND_SHARE = 0.005
+MEASURED_BAND_FLOOR_GIB = 0.01
+# Driver reservations of one card differ by up to ~150 MiB between branches (H100: 454-551,
+# H200: 614-700, L40S: 479-609 MiB; tests/fixtures/nvidia_smi_memory/SOURCES.tsv).
+RESERVED_SPREAD_MIB = 150
+# Activation of a plan given only weights and KV bytes per token (no shapes to model).
+NO_CONFIG_ACTIVATION_SHARE = 0.08
 OK_CONCURRENCY = 4.0  # from here batching is meaningful (domain.md §5)
 
 # Bytes per element of the model dtype names found in config.json.  float32
@@ -92,17 +107,61 @@ def load_config(model_dir):
     return config
 
 
+# What transformers fills in when a config leaves a field out (the defaults of its
+# configuration class): LLaVA checkpoints give only a few text_config keys and rely on
+# these (llava-hf/llava-1.5-7b-hf: model_type llama, vocab_size, max_position_embeddings).
+# Sources: transformers LlamaConfig, MistralConfig, Qwen2Config, CLIPVisionConfig __init__.
+LIBRARY_DEFAULTS = {
+    "llama": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                  num_attention_heads=32, max_position_embeddings=2048),
+    "mistral": dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                    num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=4096 * 32,
+                    sliding_window=4096),
+    "qwen2": dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+                  num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=32768),
+    "clip_vision_model": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                              num_attention_heads=12, image_size=224, patch_size=32),
+}
+
+
+def _with_defaults(sub):
+    defaults = LIBRARY_DEFAULTS.get(str(sub.get("model_type") or ""), {})
+    filled = dict(defaults)
+    filled.update({k: v for k, v in sub.items() if v is not None})
+    return filled
+
+
 def text_config(config):
     """The language-model part of a config: multimodal configs nest it
-    (Gemma3/Qwen-VL `text_config`, InternVL `llm_config`); nested keys win,
-    top-level ones (torch_dtype, quantization_config) fill the gaps."""
+    (Gemma3/Qwen-VL/LLaVA `text_config`, InternVL `llm_config`); nested keys win,
+    top-level ones (torch_dtype, quantization_config) fill the gaps, and what neither
+    says comes from the library's defaults for the nested model_type."""
     merged = dict(config)
     for key in NESTED_TEXT_CONFIGS:
         sub = config.get(key)
-        if isinstance(sub, dict) and sub.get("num_hidden_layers"):
-            merged.update(sub)
+        if isinstance(sub, dict) and (sub.get("num_hidden_layers") or sub.get("model_type") in LIBRARY_DEFAULTS):
+            merged.update(_with_defaults(sub))
             break
     return merged
+
+
+def _vision_tower(config):
+    """Vision tower sizes for the encoder profiling run, or None for a text-only model."""
+    vision = config.get("vision_config")
+    if not isinstance(vision, dict):
+        return None
+    vision = _with_defaults(vision)
+    hidden = vision.get("hidden_size") or vision.get("embed_dim")
+    if not hidden:
+        return None
+    # Qwen-VL towers merge 2x2 patches into one LLM token (spatial_merge_size, default 2).
+    kind = str(config.get("model_type") or "")
+    merge = vision.get("spatial_merge_size") or (2 if "qwen" in kind and "vl" in kind else 1)
+    return {
+        "hidden_size": int(hidden),
+        "intermediate_size": int(vision.get("intermediate_size") or 4 * int(hidden)),
+        "merge": int(merge),
+    }
 
 
 def _positive_int(cfg, key, default=None):
@@ -116,6 +175,14 @@ def _positive_int(cfg, key, default=None):
     if value <= 0:
         raise PlanError("config.json: %s must be positive, got %d" % (key, value))
     return value
+
+
+def _count(cfg, key):
+    """A size that may be zero or absent (shared experts): 0 then."""
+    value = cfg.get(key)
+    if value in (None, 0):
+        return 0
+    return _positive_int(cfg, key)
 
 
 def quantization_of(config, override=None):
@@ -199,6 +266,15 @@ def model_arch(config, quantization=None):
         raise PlanError("config.json: unsupported dtype %r" % dtype)
     method, bits = quantization_of(config if "quantization_config" in config else cfg, quantization)
     kv_lora_rank = _positive_int(cfg, "kv_lora_rank")
+    hidden = _positive_int(cfg, "hidden_size") or heads * head_dim
+    experts = (_positive_int(cfg, "num_experts") or _positive_int(cfg, "num_local_experts")
+               or _positive_int(cfg, "n_routed_experts"))
+    topk = (_positive_int(cfg, "num_experts_per_tok") or _positive_int(cfg, "num_experts_per_token")
+            or _positive_int(cfg, "moe_topk"))
+    moe_inter = _positive_int(cfg, "moe_intermediate_size") or _positive_int(cfg, "intermediate_size")
+    shared = _count(cfg, "shared_expert_intermediate_size")
+    if not shared and _count(cfg, "n_shared_experts") and moe_inter:
+        shared = _count(cfg, "n_shared_experts") * moe_inter
     return {
         "num_hidden_layers": _positive_int(cfg, "num_hidden_layers"),
         "layers": attention_layers(cfg),
@@ -214,6 +290,17 @@ def model_arch(config, quantization=None):
         "quantization": method,
         "weight_bits": bits,
         "max_position_embeddings": _positive_int(cfg, "max_position_embeddings"),
+        # What the profiling run's activations scale with (vllm_overheads.estimate).
+        "hidden_size": hidden,
+        # A config without it (hand-trimmed) gets the common 4 x hidden; dense models only.
+        "intermediate_size": _positive_int(cfg, "intermediate_size") or 4 * hidden,
+        "vocab_size": _positive_int(cfg, "vocab_size") or _positive_int(config, "vocab_size") or 32000,
+        "num_experts": experts if (experts and topk) else 0,
+        "experts_per_token": topk or 0,
+        "moe_intermediate_size": moe_inter if experts else None,
+        "shared_expert_intermediate_size": shared,
+        "first_dense_layers": _count(cfg, "first_k_dense_replace"),
+        "vision": _vision_tower(config),
     }
 
 
@@ -258,10 +345,6 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
-def default_activation_gib(weights_gib_per_rank):
-    return max(1.0, 0.08 * weights_gib_per_rank)
-
-
 def request_kv_bytes(layers, per_layer_bytes, max_model_len, block_size, max_num_batched_tokens):
     """KV bytes one max-length request needs (vLLM's max_memory_usage_bytes):
     full layers hold every token, sliding ones only their window plus one
@@ -277,21 +360,60 @@ def request_kv_bytes(layers, per_layer_bytes, max_model_len, block_size, max_num
     return total
 
 
+def _overhead_model(arch, tp):
+    model = dict(arch)
+    model["kv_heads_per_rank"] = kv_heads_per_rank(arch["num_key_value_heads"], tp)
+    return model
+
+
+def overheads(spec, rules, batched, seqs):
+    """{activation_gib, non_torch_gib, cuda_graph_gib, sources, parts}: given figures win,
+    then what this host measured for the same image and arguments, then the model."""
+    arch = spec.get("arch")
+    tp = spec["tensor_parallel_size"]
+    measured = spec.get("measured")
+    if arch is not None:
+        est = vo.estimate(_overhead_model(arch, tp), rules, tp, batched, seqs,
+                          enforce_eager=spec["enforce_eager"], flashinfer=spec["flashinfer"],
+                          graphs=spec["cuda_graph_profiling"], pooling=spec["pooling"],
+                          unified_memory=spec["device"]["unified_memory"],
+                          expert_parallel=spec["expert_parallel"], version=spec["version"])
+    else:
+        # Explicit figures without a config: no shapes to model the profiling run with.
+        est = {"activation_gib": max(1.0, NO_CONFIG_ACTIVATION_SHARE * spec["weights_total_gib"] / tp),
+               "non_torch_gib": vo.NON_TORCH_BASE_GIB + (vo.NCCL_GIB if tp > 1 else 0.0),
+               "cuda_graph_gib": 0.0, "parts": {}}
+    out = {"parts": est["parts"], "sources": {}}
+    for key in ("activation_gib", "non_torch_gib", "cuda_graph_gib"):
+        if spec.get(key) is not None:
+            out[key], out["sources"][key] = spec[key], "given"
+        elif measured is not None:
+            out[key], out["sources"][key] = measured[key], "measured on this host"
+        else:
+            out[key], out["sources"][key] = est[key], "model" if arch is not None else "rough (no config.json)"
+    return out
+
+
 def compute(spec):
     """One plan from a normalised spec (see build_spec).  Returns the plan dict."""
-    total_mib = spec["gpu_memory_mib"]
+    device = spec["device"]
+    cuda_total = device["cuda_total_mib"]
     util = spec["gpu_memory_utilization"]
     tp = spec["tensor_parallel_size"]
-    block = spec["block_size"]
-    budget_gib = total_mib * util / 1024.0
-    weights_rank = spec["weights_total_gib"] / tp
-    activation = spec["activation_gib"]
-    if activation is None:
-        activation = default_activation_gib(weights_rank)
-    non_torch = spec["non_torch_gib"]
-    kv_gib = budget_gib - weights_rank - non_torch - activation
-
+    rules_name, rules = vo.generation(spec["version"])
+    block = spec["block_size"] or BLOCK_SIZE
     arch = spec.get("arch")
+    batched, seqs = vo.batch_defaults(
+        rules, spec["version"], cuda_total / 1024.0, device["card"] or spec["gpu_name"], spec["max_model_len"],
+        multimodal=bool(arch and arch.get("vision")), pooling=spec["pooling"],
+        sliding_window=bool(arch and any(k == "sliding" for k, _ in arch["layers"])),
+        max_num_seqs=spec["max_num_seqs"], max_num_batched_tokens=spec["max_num_batched_tokens"])
+    over = overheads(spec, rules, batched, seqs)
+    budget_gib = cuda_total * util / 1024.0
+    weights_rank = spec["weights_total_gib"] / tp
+    activation, non_torch, graphs = over["activation_gib"], over["non_torch_gib"], over["cuda_graph_gib"]
+    kv_gib = budget_gib - weights_rank - non_torch - activation - graphs
+
     if arch is not None:
         kv_size = kv_dtype_bytes(spec["kv_cache_dtype"], arch["dtype_bytes"])
         per_layer = layer_kv_bytes(arch, kv_size, tp)
@@ -305,35 +427,50 @@ def compute(spec):
         per_layer = per_token
     if per_token <= 0:
         raise PlanError("the model has no per-token KV cache (attention-free): nothing to plan")
+    per_request = request_kv_bytes(layers, per_layer, spec["max_model_len"], block, batched)
 
-    kv_bytes = kv_gib * GIB
-    if kv_bytes > 0:
-        tokens = int(kv_bytes // (per_token * block)) * block
-        per_request = request_kv_bytes(layers, per_layer, spec["max_model_len"], block,
-                                       spec["max_num_batched_tokens"])
-        concurrency = tokens * per_token / float(per_request)
-    else:
-        tokens = 0
-        concurrency = 0.0
+    def pool(gib):
+        """(tokens, concurrency) of a KV share, counted as this vLLM counts them."""
+        if gib <= 0:
+            return 0, 0.0
+        blocks = int(gib * GIB // (per_token * block))
+        concurrency = blocks * block * per_token / float(per_request)
+        if rules["tokens"] == "concurrency":
+            return int(concurrency * spec["max_model_len"]), concurrency
+        return blocks * block, concurrency
+
+    tokens, concurrency = pool(kv_gib)
+    band = band_of(spec, kv_gib, device)
+    low_tokens, low_concurrency = pool(kv_gib - band["gib"])
+    high_tokens, high_concurrency = pool(kv_gib + band["gib"])
 
     held = spec["held_mib"]
     plan = {
-        "gpu_memory_mib": total_mib,
-        "gpu_memory_gib": round(total_mib / 1024.0, 2),
+        "gpu_memory_mib": device["total_mib"],
+        "gpu_memory_gib": round(device["total_mib"] / 1024.0, 2),
+        "gpu_reserved_mib": device["reserved_mib"],
+        "gpu_reserved_source": device["reserved_source"],
+        "cuda_total_mib": cuda_total,
         "gpu_memory_utilization": util,
-        "budget_mib": int(round(total_mib * util)),
+        "budget_mib": int(round(cuda_total * util)),
         "budget_gib": round(budget_gib, 3),
         "held_mib": held,
-        "free_mib": total_mib - held,
+        "free_mib": cuda_total - held,
         "tensor_parallel_size": tp,
         "weights_gib": round(weights_rank, 3),
         "weights_total_gib": round(spec["weights_total_gib"], 3),
         "weights_source": spec["weights_source"],
         "non_torch_gib": round(non_torch, 3),
         "activation_gib": round(activation, 3),
-        "estimates": {
-            "non_torch_gib": spec["non_torch_source"],
-            "activation_gib": "given" if spec["activation_gib"] is not None else "default",
+        "cuda_graph_gib": round(graphs, 3),
+        "estimates": over["sources"],
+        "overhead_parts": over["parts"],
+        "engine": {
+            "vllm_version": spec["version_text"],
+            "version_source": spec["version_source"],
+            "rules": rules_name,
+            "max_num_batched_tokens": batched,
+            "max_num_seqs": seqs,
         },
         "kv_cache_gib": round(kv_gib, 3),
         "kv_cache_dtype": spec["kv_cache_dtype"],
@@ -342,8 +479,17 @@ def compute(spec):
         "block_size": block,
         "max_model_len": spec["max_model_len"],
         "max_concurrency": round(concurrency, 2),
+        "band": {
+            "share": band["share"],
+            "gib": round(band["gib"], 3),
+            "source": band["source"],
+            "kv_cache_tokens": [low_tokens, high_tokens],
+            "max_concurrency": [round(low_concurrency, 2), round(high_concurrency, 2)],
+        },
         "quantization": spec["quantization"],
     }
+    if spec.get("measured"):
+        plan["measured"] = {k: spec["measured"][k] for k in ("recorded", "vllm_version") if k in spec["measured"]}
     if arch is not None:
         plan["model"] = {
             "num_hidden_layers": arch["num_hidden_layers"],
@@ -353,6 +499,8 @@ def compute(spec):
             "head_dim": arch["head_dim"],
             "mla": arch["mla"],
             "dtype": arch["dtype"],
+            "vision": bool(arch.get("vision")),
+            "experts": arch["num_experts"],
         }
     verdict, reasons = judge(plan)
     plan["verdict"] = verdict
@@ -360,43 +508,82 @@ def compute(spec):
     return plan
 
 
+def band_of(spec, kv_gib, device):
+    """The plan's own uncertainty in GiB of KV share: the worst error of the model on the
+    table of real logs (BAND_SHARE of the KV share, at least BAND_FLOOR_GIB), doubled where
+    a term rests on a single log or no config, plus the spread of the driver's reservation
+    when the host did not report it.  A plan from this host's own measurement only carries
+    the logs' rounding."""
+    if spec.get("measured") is not None and spec.get("activation_gib") is None:
+        share, floor, source = MEASURED_BAND_SHARE, MEASURED_BAND_FLOOR_GIB, "measured on this host"
+    else:
+        share, floor, source = BAND_SHARE, BAND_FLOOR_GIB, "model error on real startup logs"
+        if spec.get("arch") is None or spec["expert_parallel"] or device["unified_memory"]:
+            share, floor = 2 * share, 2 * floor
+            source += " (doubled: a term fitted on one log, or no config.json)"
+    gib = max(floor, share * abs(kv_gib))
+    if device["reserved_source"] != "facts" and spec.get("measured") is None:
+        gib += RESERVED_SPREAD_MIB * spec["gpu_memory_utilization"] / 1024.0
+        source += "; driver reservation not reported by the host (+-%d MiB)" % RESERVED_SPREAD_MIB
+    return {"share": share, "gib": gib, "source": source}
+
+
+def _band_text(plan, key="max_concurrency"):
+    low, high = plan["band"][key]
+    return "%.2f-%.2fx" % (low, high)
+
+
 def judge(plan):
-    """Verdict and reasons of one plan (without the several-instances check)."""
+    """Verdict and reasons of one plan (without the several-instances check).
+
+    refuse only where the plan is sure: vLLM's own free-memory check, or even the
+    optimistic end of the band below one full-length request; inside the band the
+    verdict is warn, naming the band; below 4x it is warn (domain.md §5)."""
     reasons = []
     budget = plan["budget_mib"]
+    low, high = plan["band"]["max_concurrency"]
     if plan["held_mib"] and budget > plan["free_mib"]:
         reasons.append({
             "code": "free_memory_below_budget",
-            "message": ("budget %d MiB (%.2f x %d MiB) is more than the %d MiB free "
+            "message": ("budget %d MiB (%.2f x %d MiB CUDA total) is more than the %d MiB free "
                         "(%d MiB held by other processes): vLLM stops at start with "
                         "'Free memory on device ... is less than desired GPU memory utilization'"
-                        % (budget, plan["gpu_memory_utilization"], plan["gpu_memory_mib"],
+                        % (budget, plan["gpu_memory_utilization"], plan["cuda_total_mib"],
                            plan["free_mib"], plan["held_mib"])),
         })
-    if plan["kv_cache_gib"] <= 0:
+    share = ("KV share %.2f GiB = %.2f budget - %.2f weights - %.2f non-torch - %.2f activation"
+             % (plan["kv_cache_gib"], plan["budget_gib"], plan["weights_gib"], plan["non_torch_gib"],
+                plan["activation_gib"]))
+    if plan["cuda_graph_gib"]:
+        share += " - %.2f CUDA graphs" % plan["cuda_graph_gib"]
+    if high <= 0:
         reasons.append({
             "code": "kv_share_not_positive",
-            "message": ("KV share %.2f GiB = %.2f budget - %.2f weights - %.2f non-torch - "
-                        "%.2f activation: nothing left for the KV cache ('No available memory "
-                        "for the cache blocks')"
-                        % (plan["kv_cache_gib"], plan["budget_gib"], plan["weights_gib"],
-                           plan["non_torch_gib"], plan["activation_gib"])),
+            "message": "%s: nothing left for the KV cache ('No available memory for the cache blocks')" % share,
         })
-    elif plan["max_concurrency"] < 1.0:
+    elif high < 1.0:
         reasons.append({
             "code": "concurrency_below_1",
-            "message": ("%s KV tokens hold %.2fx of one %d-token request: the server may start "
-                        "and then fail on the first full-length request"
+            "message": ("%s KV tokens hold %.2fx (band %s) of one %d-token request: the server "
+                        "refuses to start or fails on the first full-length request"
                         % ("{:,}".format(plan["kv_cache_tokens"]), plan["max_concurrency"],
-                           plan["max_model_len"])),
+                           _band_text(plan), plan["max_model_len"])),
+        })
+    elif low < 1.0:
+        reasons.append({
+            "code": "concurrency_near_1",
+            "message": ("%s KV tokens hold %.2fx of one %d-token request, within this plan's band "
+                        "%s: it may or may not fit one full-length request" % (
+                            "{:,}".format(plan["kv_cache_tokens"]), plan["max_concurrency"],
+                            plan["max_model_len"], _band_text(plan))),
         })
     elif plan["max_concurrency"] < OK_CONCURRENCY:
         reasons.append({
             "code": "concurrency_below_4",
-            "message": ("%s KV tokens hold %.2fx of %d-token requests: it fits, but there is "
-                        "little or no batching (4x or more is meaningful)"
+            "message": ("%s KV tokens hold %.2fx (band %s) of %d-token requests: it fits, but there "
+                        "is little or no batching (4x or more is meaningful)"
                         % ("{:,}".format(plan["kv_cache_tokens"]), plan["max_concurrency"],
-                           plan["max_model_len"])),
+                           _band_text(plan), plan["max_model_len"])),
         })
     refuse = {"free_memory_below_budget", "kv_share_not_positive", "concurrency_below_1"}
     codes = {r["code"] for r in reasons}
@@ -439,9 +626,11 @@ def remedies(spec, plan, others_utilization=0.0, overflow=None):
     """
     out = []
     fixed = dict(spec)
-    # Remedies keep the estimates of the original plan (activation does not shrink
-    # with quantisation: the seed's FP8 run peaked at 4.41 vs 4.38 GiB).
-    fixed["activation_gib"] = plan["activation_gib"]
+    # Remedies keep the overheads of the original plan (activation does not shrink
+    # with quantisation: the seed's FP8 run peaked at 4.41 vs 4.38 GiB); only a
+    # tensor-parallel change is estimated again (each rank's share changes).
+    for key in ("activation_gib", "non_torch_gib", "cuda_graph_gib"):
+        fixed[key] = plan[key]
     tp = spec["tensor_parallel_size"]
     bits = spec["weight_bits"]
     base_16bit = spec["weights_total_gib"] * 16.0 / bits if bits < 16 else spec["weights_total_gib"]
@@ -473,7 +662,8 @@ def remedies(spec, plan, others_utilization=0.0, overflow=None):
                            {"kv_cache_dtype": "fp8"}, compute(alt)))
     arch = spec.get("arch")
     if arch is None or arch["num_attention_heads"] % (2 * tp) == 0:
-        alt = dict(fixed, tensor_parallel_size=2 * tp)
+        alt = dict(fixed, tensor_parallel_size=2 * tp, activation_gib=spec["activation_gib"],
+                   non_torch_gib=spec["non_torch_gib"], cuda_graph_gib=spec["cuda_graph_gib"], measured=None)
         out.append(_remedy("tensor_parallel", "--tensor-parallel-size %d: weights and KV heads split "
                            "over %d GPUs" % (2 * tp, 2 * tp),
                            {"tensor_parallel_size": 2 * tp}, compute(alt)))
@@ -491,7 +681,7 @@ def remedies(spec, plan, others_utilization=0.0, overflow=None):
             out.append(_remedy("lower_max_model_len", "--max-model-len %d (from %d): shorter "
                                "requests, more of them at once" % (chosen[0], spec["max_model_len"]),
                                {"max_model_len": chosen[0]}, chosen[1]))
-    total = spec["gpu_memory_mib"]
+    total = spec["device"]["cuda_total_mib"]
     util = spec["gpu_memory_utilization"]
     # What this instance may take: the device minus memory held by other
     # processes minus the budgets of the other instances on the GPU.
@@ -610,34 +800,91 @@ def _utilization(value, name="gpu_memory_utilization"):
     return util
 
 
-def build_spec(gpu_memory_mib, gpu_memory_utilization=0.9, max_model_len=None, model_dir=None,
+def _flag(value, name):
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "1", "on"):
+        return True
+    if text in ("false", "no", "0", "off"):
+        return False
+    if text in ("auto", ""):
+        return None
+    raise PlanError("%s must be true, false or auto, got %r" % (name, value))
+
+
+def resolve_version(vllm_version=None, image=None):
+    """(version tuple or None, text, source) from --vllm-version or the image's tag."""
+    if vllm_version:
+        version = vo.parse_version(vllm_version)
+        if version is None:
+            raise PlanError("vllm_version %r is not a version like 0.11.0" % vllm_version)
+        return version, str(vllm_version), "given"
+    if image:
+        text = vo.version_of_image(image)
+        if text:
+            return vo.parse_version(text), text, "image tag %s" % image
+        return None, None, "image %s names no version: newest known rules" % image
+    return None, None, "not given: newest known rules"
+
+
+def build_spec(gpu_memory_mib=None, gpu_memory_utilization=None, max_model_len=None, model_dir=None,
                weights_gib=None, kv_bytes_per_token=None, non_torch_gib=None, activation_gib=None,
-               kv_cache_dtype="auto", tensor_parallel_size=1, held_mib=0, quantization=None,
-               block_size=BLOCK_SIZE, max_num_batched_tokens=DEFAULT_MAX_NUM_BATCHED_TOKENS):
+               cuda_graph_gib=None, kv_cache_dtype="auto", tensor_parallel_size=1, held_mib=0,
+               quantization=None, block_size=None, max_num_batched_tokens=None, max_num_seqs=None,
+               gpu_name=None, gpu_reserved_mib=None, vllm_version=None, image=None, enforce_eager=False,
+               flashinfer=None, cuda_graph_profiling=None, pooling=False, expert_parallel=False,
+               measured=None):
     """Validate inputs and read the model directory; returns the spec compute() takes.
 
-    Explicit weights_gib / kv_bytes_per_token are for the whole model at its 16-bit
-    KV dtype (a model dir gives both); both are divided by tensor_parallel_size.
-    Given together with model_dir they override what the directory says.
+    gpu_memory_mib is nvidia-smi's Total; with gpu_reserved_mib (nvidia-smi -q: FB Memory
+    Usage -> Reserved) it gives the total CUDA reports, which the utilisation applies to.
+    Either may come from the catalogue by gpu_name.  Explicit weights_gib /
+    kv_bytes_per_token are for the whole model at its 16-bit KV dtype (a model dir gives
+    both); both are divided by tensor_parallel_size.  Given together with model_dir they
+    override what the directory says.  measured: this host's figures for the same image
+    and arguments (measured_entry), used instead of the model's estimates.
     """
+    total = _number(gpu_memory_mib, "gpu_memory_mib", minimum=1, integer=True, allow_none=True)
+    reserved = _number(gpu_reserved_mib, "gpu_reserved_mib", minimum=0, integer=True, allow_none=True)
+    device = gpu_memory.device_memory(gpu_name, total, reserved)
+    if device is None:
+        raise PlanError("give gpu_memory_mib or a GPU the catalogue knows (one of: %s)"
+                        % ", ".join(gpu_memory.names()))
+    if device["cuda_total_mib"] <= 0:
+        raise PlanError("gpu_reserved_mib %s is not less than the GPU's %s MiB" % (reserved, device["total_mib"]))
+    version, version_text, version_source = resolve_version(vllm_version, image)
+    _, rules = vo.generation(version)
+    if gpu_memory_utilization is None:
+        gpu_memory_utilization = rules["default_utilization"]
     spec = {
-        "gpu_memory_mib": _number(gpu_memory_mib, "gpu_memory_mib", minimum=1, integer=True),
+        "device": device,
+        "gpu_name": gpu_name,
         "gpu_memory_utilization": _utilization(gpu_memory_utilization),
         "tensor_parallel_size": _number(tensor_parallel_size, "tensor_parallel_size", minimum=1, integer=True),
         "held_mib": _number(held_mib or 0, "held_mib", minimum=0, integer=True),
         "non_torch_gib": _number(non_torch_gib, "non_torch_gib", minimum=0, allow_none=True),
         "activation_gib": _number(activation_gib, "activation_gib", minimum=0, allow_none=True),
-        "block_size": _number(block_size, "block_size", minimum=1, integer=True),
-        "max_num_batched_tokens": _number(max_num_batched_tokens, "max_num_batched_tokens", minimum=1, integer=True),
+        "cuda_graph_gib": _number(cuda_graph_gib, "cuda_graph_gib", minimum=0, allow_none=True),
+        "block_size": _number(block_size, "block_size", minimum=1, integer=True, allow_none=True),
+        "max_num_batched_tokens": _number(max_num_batched_tokens, "max_num_batched_tokens", minimum=1,
+                                          integer=True, allow_none=True),
+        "max_num_seqs": _number(max_num_seqs, "max_num_seqs", minimum=1, integer=True, allow_none=True),
         "kv_cache_dtype": str(kv_cache_dtype or "auto").lower(),
+        "version": version,
+        "version_text": version_text,
+        "version_source": version_source,
+        "enforce_eager": bool(_flag(enforce_eager, "enforce_eager")),
+        "flashinfer": _flag(flashinfer, "flashinfer"),
+        "cuda_graph_profiling": _flag(cuda_graph_profiling, "cuda_graph_profiling"),
+        "pooling": bool(_flag(pooling, "pooling")),
+        "expert_parallel": bool(_flag(expert_parallel, "expert_parallel")),
+        "measured": measured or None,
         "arch": None,
     }
     kv_dtype_bytes(spec["kv_cache_dtype"])  # validates the name
-    if spec["held_mib"] >= spec["gpu_memory_mib"]:
-        raise PlanError("held_mib %s is not less than the GPU's %s MiB" % (held_mib, gpu_memory_mib))
-    spec["non_torch_source"] = "default" if spec["non_torch_gib"] is None else "given"
-    if spec["non_torch_gib"] is None:
-        spec["non_torch_gib"] = DEFAULT_NON_TORCH_GIB
+    if spec["held_mib"] >= device["cuda_total_mib"]:
+        raise PlanError("held_mib %s is not less than the GPU's %s MiB" % (held_mib, device["cuda_total_mib"]))
 
     method, bits = quantization_of({}, quantization)
     arch = None
@@ -648,7 +895,7 @@ def build_spec(gpu_memory_mib, gpu_memory_utilization=0.9, max_model_len=None, m
         arch = model_arch(config, quantization)
         method, bits = arch["quantization"], arch["weight_bits"]
         spec["arch"] = arch
-        if weights_gib is None:
+        if weights_gib is None and not (measured and measured.get("weights_gib") is not None):
             found = model_weight_bytes(model_dir)
             spec["weights_total_gib"] = found["bytes"] / float(GIB)
             spec["weights_source"] = found["source"]
@@ -657,6 +904,9 @@ def build_spec(gpu_memory_mib, gpu_memory_utilization=0.9, max_model_len=None, m
     if weights_gib is not None:
         spec["weights_total_gib"] = _number(weights_gib, "weights_gib", minimum=0)
         spec["weights_source"] = "given"
+    elif measured and measured.get("weights_gib") is not None:
+        spec["weights_total_gib"] = measured["weights_gib"] * spec["tensor_parallel_size"]
+        spec["weights_source"] = "measured on this host"
     if "weights_total_gib" not in spec:
         raise PlanError("give either a model directory or weights_gib with kv_bytes_per_token")
     if kv_bytes_per_token is not None:
@@ -680,7 +930,7 @@ def plan(instances=None, gpu_index=0, **inputs):
     """
     spec = build_spec(**inputs)
     result = compute(spec)
-    checks = check_instances(instances, spec["gpu_memory_mib"], spec["held_mib"]) if instances else []
+    checks = check_instances(instances, spec["device"]["total_mib"], spec["held_mib"]) if instances else []
     extra = instances_reasons(checks)
     if extra:
         result["reasons"] = extra + result["reasons"]
@@ -694,36 +944,47 @@ def plan(instances=None, gpu_index=0, **inputs):
     return result
 
 
-def refuse_message(result):
-    """One line for fail_json: the layer, the numbers, the top remedy."""
-    text = "vllm memory plan: refuse - " + "; ".join(r["message"] for r in result["reasons"])
-    text += (" [budget %d MiB, weights %.2f GiB, KV %.2f GiB, %s tokens, %.2fx at max_model_len %d]"
+def refuse_message(result, name=None):
+    """One line for a failure: the layer, the numbers, the remedies best first."""
+    text = "vllm memory plan: refuse%s - " % (" " + name if name else "")
+    text += "; ".join(r["message"] for r in result["reasons"])
+    text += (" [budget %d MiB, weights %.2f GiB, KV %.2f GiB, %s tokens, %.2fx at max_model_len %d]."
              % (result["budget_mib"], result["weights_gib"], result["kv_cache_gib"],
                 "{:,}".format(result["kv_cache_tokens"]), result["max_concurrency"], result["max_model_len"]))
     if result["remedies"]:
-        top = result["remedies"][0]
-        text += (" Top remedy: %s -> %s tokens, %.2fx (%s)"
-                 % (top["description"], "{:,}".format(top["kv_cache_tokens"]),
-                    top["max_concurrency"], top["verdict"]))
+        text += " Remedies, best first: " + "; ".join(
+            "%s (%s: %s tokens, %.2fx, %s)" % (r["name"], r["description"], "{:,}".format(r["kv_cache_tokens"]),
+                                              r["max_concurrency"], r["verdict"])
+            for r in result["remedies"]) + "."
     return text
 
 
 def render_text(result):
     """Readable plan for the CLI."""
+    engine = result["engine"]
+    band = result["band"]
     lines = [
         "vLLM memory plan: %s" % result["verdict"].upper(),
-        "  GPU           %d MiB (%.2f GiB), %d MiB held by others" % (
-            result["gpu_memory_mib"], result["gpu_memory_gib"], result["held_mib"]),
+        "  vLLM          %s (%s); rules %s; max_num_batched_tokens %d, max_num_seqs %d" % (
+            engine["vllm_version"] or "unknown", engine["version_source"], engine["rules"],
+            engine["max_num_batched_tokens"], engine["max_num_seqs"]),
+        "  GPU           %d MiB - %d MiB reserved (%s) = %d MiB CUDA total, %d MiB held by others" % (
+            result["gpu_memory_mib"], result["gpu_reserved_mib"], result["gpu_reserved_source"],
+            result["cuda_total_mib"], result["held_mib"]),
         "  budget        %.2f x %d MiB = %d MiB (%.2f GiB)" % (
-            result["gpu_memory_utilization"], result["gpu_memory_mib"], result["budget_mib"], result["budget_gib"]),
+            result["gpu_memory_utilization"], result["cuda_total_mib"], result["budget_mib"], result["budget_gib"]),
         "  weights       %.2f GiB per GPU (TP %d, %s)" % (
             result["weights_gib"], result["tensor_parallel_size"], result["weights_source"]),
-        "  non-torch     %.2f GiB (%s)" % (result["non_torch_gib"], result["estimates"]["non_torch_gib"]),
         "  activation    %.2f GiB (%s)" % (result["activation_gib"], result["estimates"]["activation_gib"]),
+        "  non-torch     %.2f GiB (%s)" % (result["non_torch_gib"], result["estimates"]["non_torch_gib"]),
+        "  CUDA graphs   %.2f GiB (%s)" % (result["cuda_graph_gib"], result["estimates"]["cuda_graph_gib"]),
         "  KV share      %.2f GiB, %s B/token (kv_cache_dtype %s)" % (
             result["kv_cache_gib"], "{:,}".format(result["kv_bytes_per_token"]), result["kv_cache_dtype"]),
         "  KV tokens     %s -> %.2fx at %s tokens per request" % (
             "{:,}".format(result["kv_cache_tokens"]), result["max_concurrency"], "{:,}".format(result["max_model_len"])),
+        "  band          %s-%s tokens, %.2f-%.2fx (+-%.2f GiB: %s)" % (
+            "{:,}".format(band["kv_cache_tokens"][0]), "{:,}".format(band["kv_cache_tokens"][1]),
+            band["max_concurrency"][0], band["max_concurrency"][1], band["gib"], band["source"]),
     ]
     for reason in result["reasons"]:
         lines.append("  - %s" % reason["message"])
@@ -738,3 +999,188 @@ def render_text(result):
                 rem["name"], "{:,}".format(rem["kv_cache_tokens"]), rem["max_concurrency"],
                 rem["verdict"], rem["description"]))
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- measured on this host
+
+MEASUREMENT_KEYS = ("image", "model", "max_model_len", "gpu_memory_utilization", "tensor_parallel_size",
+                    "kv_cache_dtype", "quantization", "max_num_seqs", "extra_args", "gpu_name")
+
+
+def measurement_key(instance, gpu_name=None):
+    """The settings a measurement holds for: image (its vLLM), model, engine arguments and
+    the GPU model.  Any change falls back to the model's estimates."""
+    fields = {key: instance.get(key) for key in MEASUREMENT_KEYS if key != "gpu_name"}
+    fields["extra_args"] = list(fields.get("extra_args") or [])
+    fields["gpu_name"] = gpu_name
+    text = json.dumps(fields, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16], fields
+
+
+def measured_entry(plan_result, report):
+    """What a successful start measured, per GPU: the weights and the overheads that make
+    the logged KV share exact (budget - weights - KV), split as the log prints them where
+    it does (activation, non-torch, CUDA-graph estimate), else as the plan split them.
+    None when the log lacks the figures."""
+    weights, kv = report.get("weights_gib"), report.get("kv_cache_gib")
+    if weights is None or kv is None or not report.get("started"):
+        return None
+    overhead = plan_result["budget_gib"] - weights - kv
+    profile = report.get("profile") or {}
+    graphs = plan_result["cuda_graph_gib"]
+    if profile.get("cuda_graph_estimate_gib") is not None:
+        graphs = profile["cuda_graph_estimate_gib"] if profile.get("cuda_graph_profiling") else 0.0
+    activation = profile.get("activation_gib")
+    if activation is None:
+        activation = plan_result["activation_gib"]
+    non_torch = overhead - activation - graphs
+    if non_torch < 0:  # the log's rounding, or a split the plan did not foresee: keep the sum exact
+        activation, non_torch = max(0.0, activation + non_torch), 0.0
+    return {
+        "weights_gib": round(weights, 4),
+        "activation_gib": round(activation, 4),
+        "non_torch_gib": round(non_torch, 4),
+        "cuda_graph_gib": round(graphs, 4),
+        "kv_cache_gib": round(kv, 4),
+        "kv_cache_tokens": report.get("kv_cache_tokens"),
+        "vllm_version": report.get("vllm_version"),
+        "budget_gib": plan_result["budget_gib"],
+    }
+
+
+def load_measurements(text):
+    """The store's entries by key from its JSON text (None or '' for no store)."""
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise PlanError("measured overheads file is not JSON (%s): remove it, the next deploy records it again" % exc)
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(entries, dict):
+        raise PlanError("measured overheads file has no 'entries' mapping: remove it, the next deploy records it again")
+    return entries
+
+
+# ---------------------------------------------------------------- a host's instances
+
+def engine_flags(extra_args):
+    """The engine arguments in extra_args that change what vLLM reserves."""
+    flags = {}
+    args = [str(a) for a in (extra_args or [])]
+    values = {}
+    for i, arg in enumerate(args):
+        if not arg.startswith("--"):
+            continue
+        name, eq, value = arg.partition("=")
+        if not eq and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            value = args[i + 1]
+        values[name.replace("_", "-")] = value
+    for name, key in (("--max-num-batched-tokens", "max_num_batched_tokens"), ("--max-num-seqs", "max_num_seqs"),
+                      ("--block-size", "block_size")):
+        if values.get(name):
+            flags[key] = values[name]
+    if "--enforce-eager" in values:
+        flags["enforce_eager"] = True
+    if "--enable-expert-parallel" in values:
+        flags["expert_parallel"] = True
+    if values.get("--runner") == "pooling" or values.get("--task") in ("embed", "embedding", "classify", "score"):
+        flags["pooling"] = True
+    return flags
+
+
+def held_by_others(processes, cgroups, own_ids):
+    """MiB held on each GPU index by processes that are not this role's containers.
+
+    processes: facts [{pid, gpu_index, used_mib}]; cgroups: {pid: text of /proc/PID/cgroup}
+    (missing: a process that ended, counted as held); own_ids: container ids."""
+    held = {}
+    for proc in processes or []:
+        text = cgroups.get(proc.get("pid")) or ""
+        if any(cid and cid in text for cid in own_ids or []):
+            continue
+        index = int(proc.get("gpu_index") or 0)
+        held[index] = held.get(index, 0) + int(proc.get("used_mib") or 0)
+    return held
+
+
+def plan_host(instances, gpus, models_dir, held=None, measurements=None):
+    """Plan every instance of a host: {plans: {name: plan}, lines: [...], refused: [names],
+    message: the failure text or None}.
+
+    instances: as the vllm role resolved them (name, image, model, gpu_indexes,
+    gpu_memory_utilization, max_model_len, tensor_parallel_size, kv_cache_dtype,
+    quantization, max_num_seqs, extra_args, non_torch_gib, activation_gib);
+    gpus: facts (index, name, memory_total_mib, memory_reserved_mib)."""
+    by_index = {int(g["index"]): g for g in gpus or []}
+    held = held or {}
+    measurements = measurements or {}
+    sharing = [{"name": inst["name"], "gpu_memory_utilization": inst["gpu_memory_utilization"], "gpu_index": i}
+               for inst in instances for i in inst["gpu_indexes"]]
+    plans, lines, refused = {}, [], []
+    for inst in instances:
+        mine = [by_index[int(i)] for i in inst["gpu_indexes"]]
+        smallest = min(mine, key=lambda g: g["memory_total_mib"])
+        key, _ = measurement_key(inst, smallest.get("name"))
+        flags = engine_flags(inst.get("extra_args"))
+        result = plan(
+            instances=[s for s in sharing if s["gpu_index"] in inst["gpu_indexes"]],
+            gpu_index=inst["gpu_indexes"][0],
+            gpu_memory_mib=smallest["memory_total_mib"],
+            gpu_reserved_mib=smallest.get("memory_reserved_mib"),
+            gpu_name=smallest.get("name"),
+            gpu_memory_utilization=inst["gpu_memory_utilization"],
+            max_model_len=inst.get("max_model_len"),
+            model_dir=os.path.join(models_dir, inst["model"]),
+            quantization=inst.get("quantization"),
+            kv_cache_dtype=inst.get("kv_cache_dtype") or "auto",
+            tensor_parallel_size=inst.get("tensor_parallel_size") or len(inst["gpu_indexes"]),
+            max_num_seqs=inst.get("max_num_seqs") or flags.get("max_num_seqs"),
+            max_num_batched_tokens=flags.get("max_num_batched_tokens"),
+            block_size=flags.get("block_size"),
+            enforce_eager=flags.get("enforce_eager", False),
+            expert_parallel=flags.get("expert_parallel", False),
+            pooling=flags.get("pooling", False),
+            non_torch_gib=inst.get("non_torch_gib"),
+            activation_gib=inst.get("activation_gib"),
+            image=inst.get("image"),
+            vllm_version=inst.get("vllm_version"),
+            held_mib=max(held.get(int(i), 0) for i in inst["gpu_indexes"]),
+            measured=measurements.get(key),
+        )
+        # Tensor parallelism needs that many GPUs at least as large as this one.
+        room = sum(1 for g in by_index.values() if g["memory_total_mib"] >= smallest["memory_total_mib"])
+        result["remedies"] = [r for r in result["remedies"] if r["tensor_parallel_size"] <= room]
+        result["measurement_key"] = key
+        plans[inst["name"]] = result
+        lines.extend(instance_lines(inst, result))
+        if result["verdict"] == "refuse":
+            refused.append(inst["name"])
+    message = None
+    if refused:
+        message = " ".join(refuse_message(plans[name], name) for name in refused) + " No container was started."
+    return {"plans": plans, "lines": lines, "refused": refused, "message": message}
+
+
+def instance_lines(inst, result):
+    """The plan of one instance as the role prints it."""
+    held = " (%d MiB held by others)" % result["held_mib"] if result["held_mib"] else ""
+    engine = result["engine"]
+    low, high = result["band"]["max_concurrency"]
+    lines = [
+        "vllm plan %s: %s - GPU %s %d MiB CUDA total x %s = budget %d MiB%s; weights %s GiB, activation %s, "
+        "non-torch %s, CUDA graphs %s GiB (%s) -> KV %s GiB = %s tokens, %sx (band %.2f-%.2fx) at max_model_len %s"
+        % (inst["name"], result["verdict"].upper(), ",".join(str(i) for i in inst["gpu_indexes"]),
+           result["cuda_total_mib"], result["gpu_memory_utilization"], result["budget_mib"], held,
+           result["weights_gib"], result["activation_gib"], result["non_torch_gib"], result["cuda_graph_gib"],
+           result["estimates"]["activation_gib"], result["kv_cache_gib"], "{:,}".format(result["kv_cache_tokens"]),
+           result["max_concurrency"], low, high, "{:,}".format(result["max_model_len"])),
+        "  vLLM %s (%s), rules %s" % (engine["vllm_version"] or "unknown", engine["version_source"], engine["rules"]),
+    ]
+    lines.extend("  reason: %s" % r["message"] for r in result["reasons"])
+    if result["remedies"]:
+        lines.append("  remedies (best first):")
+    lines.extend("    %s: %s tokens, %sx (%s) - %s" % (r["name"], "{:,}".format(r["kv_cache_tokens"]),
+                                                     r["max_concurrency"], r["verdict"], r["description"])
+                 for r in result["remedies"])
+    return lines

@@ -1,19 +1,26 @@
 """gpuhost plan: the vLLM memory plan from the command line.
 
-  gpuhost plan [--json] --gpu-memory-mib N --gpu-memory-utilization F --max-model-len N
+  gpuhost plan [--json] (--gpu NAME | --gpu-memory-mib N [--gpu-reserved-mib N])
+               [--gpu-memory-utilization F] [--max-model-len N]
                (--model DIR | --weights-gib F --kv-bytes-per-token N)
-               [--non-torch-gib F] [--activation-gib F] [--kv-cache-dtype D]
-               [--tensor-parallel-size N] [--held-mib N] [--instances N] [--quantization Q]
-               [--check]
+               [--vllm-version V | --image REF] [--max-num-seqs N] [--max-num-batched-tokens N]
+               [--enforce-eager] [--non-torch-gib F] [--activation-gib F] [--cuda-graph-gib F]
+               [--kv-cache-dtype D] [--tensor-parallel-size N] [--held-mib N]
+               [--instances N] [--other-utilization F ...] [--quantization Q] [--check]
 
-Exit 0 with the plan (1 with --check when the verdict is refuse); 2 on bad input,
-with one line on stderr.
+Example: gpuhost plan --gpu L4 --image vllm/vllm-openai:v0.11.0 --model /srv/models/Llama-3.1-8B \\
+         --max-model-len 32000 --gpu-memory-utilization 0.92
+
+Exit 0 with the plan (1 with --check when the verdict is refuse); 2 on bad input, with one
+line on stderr (or {"error": ...} on stdout with --json).
 """
 import argparse
 import json
 import sys
 
-from vllm_plan import PlanError, plan, render_text
+import gpu_memory
+import vllm_overheads
+from vllm_plan import PlanError, plan, render_text, resolve_version
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,43 +30,69 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser():
-    p = _Parser(prog="gpuhost plan", description="vLLM memory plan before a start")
+    p = _Parser(prog="gpuhost plan", description="vLLM memory plan before a start",
+                epilog="GPUs the catalogue knows: %s" % ", ".join(gpu_memory.names()))
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--gpu-memory-mib", required=True, help="total memory of one GPU (MiB)")
-    p.add_argument("--gpu-memory-utilization", default="0.9")
+    p.add_argument("--gpu", dest="gpu_name", help="a catalogue GPU (its nvidia-smi total and reserved memory)")
+    p.add_argument("--gpu-memory-mib", help="total memory of one GPU as nvidia-smi prints it (MiB)")
+    p.add_argument("--gpu-reserved-mib", help="nvidia-smi -q FB Memory Usage -> Reserved (MiB)")
+    p.add_argument("--gpu-memory-utilization", help="default: that vLLM version's (0.90; 0.92 from 0.20)")
     p.add_argument("--max-model-len", help="default: the model's max_position_embeddings")
     p.add_argument("--model", dest="model_dir", help="model directory (config.json + safetensors)")
     p.add_argument("--weights-gib", help="weights of the whole model (GiB)")
     p.add_argument("--kv-bytes-per-token", help="KV bytes per token, whole model, 16-bit")
-    p.add_argument("--non-torch-gib")
-    p.add_argument("--activation-gib")
+    p.add_argument("--vllm-version", help="vLLM version whose rules apply (e.g. 0.11.0)")
+    p.add_argument("--image", help="serving image; its tag names the vLLM version")
+    p.add_argument("--max-num-seqs")
+    p.add_argument("--max-num-batched-tokens")
+    p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--non-torch-gib", help="measured non-torch memory per GPU")
+    p.add_argument("--activation-gib", help="measured activation peak per GPU")
+    p.add_argument("--cuda-graph-gib", help="measured CUDA-graph estimate per GPU (vLLM 0.20+)")
     p.add_argument("--kv-cache-dtype", default="auto")
     p.add_argument("--quantization")
     p.add_argument("--tensor-parallel-size", default="1")
     p.add_argument("--held-mib", default="0", help="memory other processes hold on the GPU")
     p.add_argument("--instances", default="1", help="N instances of this size on the GPU")
+    p.add_argument("--other-utilization", action="append", default=[],
+                   help="gpu_memory_utilization of another instance on the same GPU (repeat per instance)")
     p.add_argument("--check", action="store_true", help="exit 1 when the verdict is refuse")
     return p
 
 
+def _instances(args):
+    try:
+        count = int(args.instances)
+    except ValueError:
+        raise PlanError("--instances must be a whole number, got %r" % args.instances)
+    if count < 1:
+        raise PlanError("--instances must be >= 1, got %d" % count)
+    if count == 1 and not args.other_utilization:
+        return None
+    util = args.gpu_memory_utilization
+    if util is None:  # the version's default, as the plan takes it
+        util = vllm_overheads.generation(resolve_version(args.vllm_version, args.image)[0])[1]["default_utilization"]
+    out = [{"name": "instance-%d" % (i + 1), "gpu_index": 0, "gpu_memory_utilization": util} for i in range(count)]
+    out += [{"name": "other-%d" % (i + 1), "gpu_index": 0, "gpu_memory_utilization": other}
+            for i, other in enumerate(args.other_utilization)]
+    return out
+
+
 def main(argv):
+    as_json = "--json" in argv
     try:
         args = _parser().parse_args(argv)
         if not args.model_dir and args.weights_gib is None:
             raise PlanError("give --model DIR or --weights-gib with --kv-bytes-per-token")
-        try:
-            count = int(args.instances)
-        except ValueError:
-            raise PlanError("--instances must be a whole number, got %r" % args.instances)
-        if count < 1:
-            raise PlanError("--instances must be >= 1, got %d" % count)
-        instances = None
-        if count > 1:
-            instances = [{"name": "instance-%d" % (i + 1), "gpu_index": 0,
-                          "gpu_memory_utilization": args.gpu_memory_utilization} for i in range(count)]
+        if args.gpu_memory_mib is None and not args.gpu_name:
+            raise PlanError("give --gpu NAME or --gpu-memory-mib (one of: %s)" % ", ".join(gpu_memory.names()))
+        if args.gpu_name and args.gpu_memory_mib is None and gpu_memory.lookup(args.gpu_name) is None:
+            raise PlanError("unknown --gpu %r (one of: %s)" % (args.gpu_name, ", ".join(gpu_memory.names())))
         result = plan(
-            instances=instances,
+            instances=_instances(args),
             gpu_memory_mib=args.gpu_memory_mib,
+            gpu_reserved_mib=args.gpu_reserved_mib,
+            gpu_name=args.gpu_name,
             gpu_memory_utilization=args.gpu_memory_utilization,
             max_model_len=args.max_model_len,
             model_dir=args.model_dir,
@@ -67,13 +100,22 @@ def main(argv):
             kv_bytes_per_token=args.kv_bytes_per_token,
             non_torch_gib=args.non_torch_gib,
             activation_gib=args.activation_gib,
+            cuda_graph_gib=args.cuda_graph_gib,
             kv_cache_dtype=args.kv_cache_dtype,
             quantization=args.quantization,
             tensor_parallel_size=args.tensor_parallel_size,
+            max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            vllm_version=args.vllm_version,
+            image=args.image,
+            enforce_eager=args.enforce_eager,
             held_mib=args.held_mib,
         )
     except PlanError as exc:
-        sys.stderr.write("gpuhost plan: %s\n" % exc)
+        if as_json:
+            sys.stdout.write(json.dumps({"error": "gpuhost plan: %s" % exc}) + "\n")
+        else:
+            sys.stderr.write("gpuhost plan: %s\n" % exc)
         return 2
     if args.json:
         sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")

@@ -15,7 +15,9 @@ def gpuhost(*args):
                           capture_output=True, text=True, timeout=60)
 
 
-SEED = ["--gpu-memory-mib", "97280", "--gpu-memory-utilization", "0.90", "--max-model-len", "32768",
+# seeds/000: 95.00 GiB as vLLM prints it (CUDA's total), a vLLM before 0.20.
+SEED = ["--gpu-memory-mib", "97280", "--gpu-reserved-mib", "0", "--vllm-version", "0.11.0",
+        "--gpu-memory-utilization", "0.90", "--max-model-len", "32768",
         "--weights-gib", "54.12", "--kv-bytes-per-token", "262144",
         "--non-torch-gib", "0.91", "--activation-gib", "4.38"]
 
@@ -39,11 +41,15 @@ def test_text_plan_is_readable():
 
 
 def test_instances_and_check_flag():
-    args = ["--json", "--gpu-memory-mib", "23034", "--gpu-memory-utilization", "0.40",
+    # seed 003: an L4. Its 23,034 MiB less the driver's 434 MiB (catalogue) are what
+    # vLLM applies 0.40 to: 9,040 MiB; the seed's EngineCore held 9,184 MiB with its CUDA
+    # context, which vLLM does not count in the budget.
+    args = ["--json", "--gpu", "L4", "--gpu-memory-utilization", "0.40",
             "--max-model-len", "4096", "--weights-gib", "2", "--kv-bytes-per-token", "36864"]
     proc = gpuhost(*(args + ["--instances", "4"]))
     plan = json.loads(proc.stdout)
-    assert proc.returncode == 0 and plan["verdict"] == "refuse" and plan["budget_mib"] == 9214
+    assert proc.returncode == 0 and plan["verdict"] == "refuse" and plan["budget_mib"] == 9040
+    assert plan["gpu_reserved_source"].startswith("catalogue L4")
     assert gpuhost(*(args + ["--instances", "4", "--check"])).returncode == 1
     args[4] = "0.23"
     proc = gpuhost(*(args + ["--instances", "4", "--check"]))
