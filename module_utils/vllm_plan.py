@@ -1004,7 +1004,7 @@ def render_text(result):
 # ---------------------------------------------------------------- measured on this host
 
 MEASUREMENT_KEYS = ("image", "model", "max_model_len", "gpu_memory_utilization", "tensor_parallel_size",
-                    "kv_cache_dtype", "quantization", "max_num_seqs", "extra_args", "gpu_name")
+                    "kv_cache_dtype", "quantization", "max_num_seqs", "extra_args", "env", "gpu_name")
 
 
 def measurement_key(instance, gpu_name=None):
@@ -1012,6 +1012,8 @@ def measurement_key(instance, gpu_name=None):
     the GPU model.  Any change falls back to the model's estimates."""
     fields = {key: instance.get(key) for key in MEASUREMENT_KEYS if key != "gpu_name"}
     fields["extra_args"] = list(fields.get("extra_args") or [])
+    # The environment can change the engine too (VLLM_USE_FLASHINFER_SAMPLER, ...).
+    fields["env"] = dict(fields.get("env") or {})
     fields["gpu_name"] = gpu_name
     text = json.dumps(fields, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16], fields
@@ -1184,3 +1186,68 @@ def instance_lines(inst, result):
                                                      r["max_concurrency"], r["verdict"], r["description"])
                  for r in result["remedies"])
     return lines
+
+
+# ---------------------------------------------------------------- after the start
+
+def plan_summary(result):
+    """What the record keeps of the plan an instance was started with."""
+    return {
+        "verdict": result["verdict"],
+        "budget_mib": result["budget_mib"],
+        "weights_gib": result["weights_gib"],
+        "kv_cache_tokens": result["kv_cache_tokens"],
+        "max_concurrency": result["max_concurrency"],
+        "band": result["band"]["max_concurrency"],
+        "estimates": result["estimates"]["activation_gib"],
+        "vllm_rules": result["engine"]["rules"],
+        "reasons": [r["message"] for r in result["reasons"]],
+    }
+
+
+def startup_warnings(name, summary, report, tolerance):
+    """The operator's warnings for one start: its log's KV figures against the plan it was
+    started with (beyond `tolerance`, a share), the log's own warnings, a warn plan."""
+    out = []
+    pct = tolerance * 100
+    for key, label in (("kv_cache_tokens", "KV cache tokens"), ("max_concurrency", "maximum concurrency")):
+        planned, logged = summary.get(key), report.get(key)
+        if logged is None:
+            out.append("vllm: WARNING %s: the startup log prints no %s (the plan's: %s)" % (name, label, planned))
+        elif planned and abs(float(logged) - planned) / float(planned) > tolerance:
+            out.append("vllm: WARNING %s: %s %s in the startup log, %s in the plan (%+.1f %%, tolerance %s %%) - "
+                       "the plan's estimates (%s) were off; the next plan of this image and arguments uses "
+                       "what this start measured" % (name, label, logged, planned,
+                                                     (float(logged) - planned) / planned * 100,
+                                                     round(pct, 2), summary.get("estimates")))
+    for warning in report.get("warning_details") or []:
+        out.append("vllm: WARNING %s: startup log %s: %s" % (name, warning["kind"], warning["message"]))
+    if summary.get("verdict") == "warn" and summary.get("reasons"):
+        out.append("vllm: WARNING %s: memory plan %s" % (name, "; ".join(summary["reasons"])))
+    return out
+
+
+def after_starts(instances, plans, reports, deployed, previous, gpus, entries, tolerance):
+    """Compare every start with the plan it was started with and record what it measured.
+
+    A container this run did not (re)create keeps the plan it was deployed with (the
+    record's, `previous`): the plan of this run may already use what that start measured.
+    Returns {entries (the store's, updated), warnings {name: [...]}, plans {name: summary}}."""
+    by_index = {int(g["index"]): g for g in gpus or []}
+    entries = dict(entries or {})
+    warnings, summaries = {}, {}
+    for inst in instances:
+        name = inst["name"]
+        result, report = plans[name], reports.get(name) or {}
+        summary = plan_summary(result)
+        if name not in deployed and isinstance((previous.get(name) or {}).get("plan"), dict):
+            summary = previous[name]["plan"]
+        summaries[name] = summary
+        warnings[name] = startup_warnings(name, summary, report, tolerance)
+        smallest = min((by_index[int(i)] for i in inst["gpu_indexes"]), key=lambda g: g["memory_total_mib"])
+        key, fields = measurement_key(inst, smallest.get("name"))
+        entry = measured_entry(result, report)
+        if entry is not None and result["estimates"]["activation_gib"] != "given":
+            entry["settings"] = fields
+            entries[key] = entry
+    return {"entries": entries, "warnings": warnings, "plans": summaries}

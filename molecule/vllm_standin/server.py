@@ -13,21 +13,24 @@ At start it
   3. reads the GPUs the container was given from the injected `nvidia-smi` (none: vLLM's
      "Failed to infer device type");
   4. reads config.json and the safetensors headers of the model directory (never tensor data);
-  5. checks free GPU memory against the budget (vLLM's "Free memory on device ..." error);
+  5. checks free GPU memory against the budget (vLLM's "Free memory on device ..." error), both
+     as CUDA reports them: nvidia-smi's total and free less the driver's reserved memory;
   6. "loads" the weights: torch stages each tensor through /dev/shm, so a tensor larger than the
      free /dev/shm space - or any tensor-parallel start, whose workers' broadcast ring alone is
      10 x 16 MiB - fails as torch does: `unable to open shared memory object </torch_...> in
      read-write mode: No space left on device (28)`;
-  7. sizes the KV cache with module_utils/vllm_plan.py's formula (copied into the image) from the
-     figures its "profiling" measures (below), and fails as vLLM's check_enough_kv_cache_memory
-     does when one max-length request does not fit;
+  7. sizes the KV cache as vLLM 0.25.1 does - budget on CUDA's total, minus the weights, the
+     profiling run's activation peak and non-torch memory, and the estimated CUDA-graph memory
+     (printed as 0.25.1 prints it) - with module_utils/vllm_plan.py's arithmetic (copied into the
+     image) and the figures its "profiling" measures (below); it fails as vLLM's
+     check_enough_kv_cache_memory does when one max-length request does not fit;
   8. prints every line in the format of vLLM 0.2x (corpus 001/024/035), then serves /health,
      /v1/models and /v1/chat/completions until SIGTERM.
 
 What "profiling" measures (there is nothing to measure): non-torch memory
-$GPUHOST_STANDIN_NON_TORCH_GIB (default: the plan's own estimate, 1.0 GiB) and the activation
-peak $GPUHOST_STANDIN_ACTIVATION_GIB (default: the plan's max(1.0, 0.08 x weights per GPU)).
-Setting them is how a test makes the log differ from the plan.
+$GPUHOST_STANDIN_NON_TORCH_GIB and the activation peak $GPUHOST_STANDIN_ACTIVATION_GIB (default:
+the plan's own estimates for vLLM 0.25.1). Setting them is how a test makes the log differ from
+the plan.
 """
 import argparse
 import hashlib
@@ -46,7 +49,8 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-import vllm_plan  # noqa: E402  (copied next to this file in the image)
+import vllm_overheads  # noqa: E402  (copied next to this file in the image, as are the next two)
+import vllm_plan  # noqa: E402
 from safetensors_header import read_header, tensor_bytes, checkpoint_weight_bytes  # noqa: E402
 
 VLLM_VERSION = "0.25.1"
@@ -76,8 +80,8 @@ class Host(object):
         self.env = os.environ if env is None else env
 
     def gpus(self):
-        """[{index, name, total_mib, used_mib, free_mib, compute_cap}] or None without a GPU."""
-        fields = "index,name,memory.total,memory.used,memory.free,compute_cap"
+        """[{index, name, total_mib, reserved_mib, used_mib, free_mib, compute_cap}] or None without a GPU."""
+        fields = "index,name,memory.total,memory.reserved,memory.used,memory.free,compute_cap"
         try:
             proc = subprocess.run(["nvidia-smi", "--query-gpu=" + fields, "--format=csv,noheader,nounits"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
@@ -89,10 +93,11 @@ class Host(object):
         out = []
         for line in proc.stdout.splitlines():
             cells = [c.strip() for c in line.split(",")]
-            if len(cells) < 6:
+            if len(cells) < 7:
                 continue
             out.append({"index": int(cells[0]), "name": cells[1], "total_mib": int(cells[2]),
-                        "used_mib": int(cells[3]), "free_mib": int(cells[4]), "compute_cap": cells[5]})
+                        "reserved_mib": int(cells[3]), "used_mib": int(cells[4]), "free_mib": int(cells[5]),
+                        "compute_cap": cells[6]})
         return out or None
 
     def shm_free_bytes(self):
@@ -250,7 +255,7 @@ def parser():
     p.add_argument("--api-key")
     p.add_argument("--served-model-name", nargs="+")
     p.add_argument("--max-model-len", type=_length)
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.92)  # 0.20+
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--max-num-batched-tokens", type=int)
     p.add_argument("--quantization", "-q")
@@ -435,7 +440,13 @@ def start(argv, env=None, host=None, out=None, err=None, sleep=time.sleep, bind=
                     "array out-of-bounds error." % (max_model_len, float(derived)), log.err)
         raise StartFailure(1)
     log.api("INFO", "model.py:1776", "Using max model len %d" % max_model_len)
-    batched = args.max_num_batched_tokens or 2048
+    # Batch defaults of this version on this GPU (arg_utils.get_batch_defaults).
+    rules = vllm_overheads.generation(vllm_overheads.parse_version(VLLM_VERSION))[1]
+    smallest = min(gpus[:max(1, args.tensor_parallel_size)], key=lambda g: g["total_mib"])
+    batched, seqs = vllm_overheads.batch_defaults(
+        rules, vllm_overheads.parse_version(VLLM_VERSION), (smallest["total_mib"] - smallest.get("reserved_mib", 0))
+        / 1024.0, smallest["name"], max_model_len, multimodal=bool(arch.get("vision")),
+        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens)
     log.api("INFO", "scheduler.py:252", "Chunked prefill is enabled with max_num_batched_tokens=%d." % batched)
 
     quant = arch["quantization"]
@@ -469,9 +480,11 @@ def start(argv, env=None, host=None, out=None, err=None, sleep=time.sleep, bind=
     log.engine("INFO", "parallel_state.py:1607", "world_size=%d rank=0 local_rank=0 distributed_init_method="
                "tcp://127.0.0.1:%d backend=nccl" % (tp, 40000 + os.getpid() % 20000))
 
-    # init_device: the budget must be free when the engine starts.
+    # init_device: the budget must be free when the engine starts; CUDA's figures leave out
+    # the driver's reserved memory.
     mine = gpus[:tp]
-    total_mib = min(g["total_mib"] for g in mine)
+    card = min(mine, key=lambda g: g["total_mib"])
+    total_mib = card["total_mib"] - card.get("reserved_mib", 0)
     free_mib = min(g["free_mib"] for g in mine)
     util = args.gpu_memory_utilization
     if free_mib < util * total_mib:
@@ -555,18 +568,31 @@ def start(argv, env=None, host=None, out=None, err=None, sleep=time.sleep, bind=
     log.engine("INFO", "monitor.py:81", "Initial profiling/warmup run took 0.05 s")
 
     # Profiling "measures" these (see the module docstring), then the KV pool is sized by the plan's
-    # own formula.
+    # own arithmetic under this version's rules.
     non_torch = _env_float(env, "GPUHOST_STANDIN_NON_TORCH_GIB")
     activation = _env_float(env, "GPUHOST_STANDIN_ACTIVATION_GIB")
     spec = vllm_plan.build_spec(
-        gpu_memory_mib=total_mib, gpu_memory_utilization=util, max_model_len=max_model_len,
-        model_dir=model_dir, weights_gib=_gib(weight_bytes),
-        non_torch_gib=vllm_plan.DEFAULT_NON_TORCH_GIB if non_torch is None else non_torch,
-        activation_gib=activation, kv_cache_dtype=args.kv_cache_dtype, tensor_parallel_size=tp,
-        quantization=args.quantization, block_size=args.block_size or vllm_plan.BLOCK_SIZE,
-        max_num_batched_tokens=batched)
+        gpu_memory_mib=card["total_mib"], gpu_reserved_mib=card.get("reserved_mib", 0), gpu_name=card["name"],
+        vllm_version=VLLM_VERSION, gpu_memory_utilization=util, max_model_len=max_model_len,
+        model_dir=model_dir, weights_gib=_gib(weight_bytes), non_torch_gib=non_torch, activation_gib=activation,
+        kv_cache_dtype=args.kv_cache_dtype, tensor_parallel_size=tp, quantization=args.quantization,
+        block_size=args.block_size, max_num_batched_tokens=batched, max_num_seqs=seqs,
+        enforce_eager=args.enforce_eager)
     kv = vllm_plan.compute(spec)
+    if kv["cuda_graph_gib"]:
+        pieces, full = vllm_overheads.cudagraph_sizes(seqs, batched, vllm_overheads.parse_version(VLLM_VERSION))
+        log.engine("INFO", "gpu_model_runner.py:6534", "Profiling CUDA graph memory: PIECEWISE=%d (largest=%d), "
+                   "FULL=%d (largest=%d)" % (len(pieces), max(pieces), len(full), max(full or [0])))
+        log.engine("INFO", "gpu_model_runner.py:6639", "Estimated CUDA graph memory: %.2f GiB total"
+                   % kv["cuda_graph_gib"])
     log.engine("INFO", "gpu_worker.py:538", "Available KV cache memory: %.2f GiB" % kv["kv_cache_gib"])
+    if kv["cuda_graph_gib"]:
+        share = kv["cuda_graph_gib"] * 1024.0 / total_mib
+        log.engine("INFO", "gpu_worker.py:553", "CUDA graph memory profiling is enabled (default since v0.21.0). "
+                   "The current --gpu-memory-utilization=%.4f is equivalent to --gpu-memory-utilization=%.4f "
+                   "without CUDA graph memory profiling. To maintain the same effective KV cache size as before, "
+                   "increase --gpu-memory-utilization to %.4f. To disable, set "
+                   "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0." % (util, util - share, util + share))
     check = _frames("run_engine_core", "proc_init", "core_init_kv", "init_kv", "get_configs", "check_kv")
     if kv["kv_cache_gib"] <= 0:
         log.engine_exception(check, "ValueError: No available memory for the cache blocks. Try increasing "
@@ -576,15 +602,15 @@ def start(argv, env=None, host=None, out=None, err=None, sleep=time.sleep, bind=
     arch_spec = spec["arch"]
     per_layer = vllm_plan.layer_kv_bytes(
         arch_spec, vllm_plan.kv_dtype_bytes(args.kv_cache_dtype, arch_spec["dtype_bytes"]), tp)
-    needed = vllm_plan.request_kv_bytes(arch_spec["layers"], per_layer, max_model_len, spec["block_size"], batched)
+    block = spec["block_size"] or vllm_plan.BLOCK_SIZE
+    needed = vllm_plan.request_kv_bytes(arch_spec["layers"], per_layer, max_model_len, block, batched)
     available = kv["kv_cache_gib"] * GIB
     if needed > available:
         estimate = 0
         lo, hi = 1, max_model_len
         while lo <= hi:  # vLLM's estimate_max_model_len: the longest request that fits
             mid = (lo + hi) // 2
-            if vllm_plan.request_kv_bytes(arch_spec["layers"], per_layer, mid, spec["block_size"],
-                                          batched) <= available:
+            if vllm_plan.request_kv_bytes(arch_spec["layers"], per_layer, mid, block, batched) <= available:
                 estimate, lo = mid, mid + 1
             else:
                 hi = mid - 1
@@ -598,7 +624,7 @@ def start(argv, env=None, host=None, out=None, err=None, sleep=time.sleep, bind=
         raise StartFailure(1)
     log.engine("INFO", "kv_cache_utils.py:2146", "GPU KV cache size: {:,} tokens".format(kv["kv_cache_tokens"]))
     log.engine("INFO", "kv_cache_utils.py:2147", "Maximum concurrency for {:,} tokens per request: {:.2f}x".format(
-        max_model_len, kv["kv_cache_tokens"] * kv["kv_bytes_per_token"] / float(needed)))
+        max_model_len, kv["max_concurrency"]))
 
     graph_s = 0
     if not args.enforce_eager:
@@ -623,7 +649,7 @@ def start(argv, env=None, host=None, out=None, err=None, sleep=time.sleep, bind=
     log.uvicorn("Started server process [%d]" % API_PID)
     log.uvicorn("Waiting for application startup.")
     log.uvicorn("Application startup complete.")
-    engine = Engine(model=model, served=served, max_model_len=max_model_len, max_num_seqs=args.max_num_seqs or 256,
+    engine = Engine(model=model, served=served, max_model_len=max_model_len, max_num_seqs=seqs,
                     api_key=api_key, log=log, env=env, sleep=sleep, kv=kv, host=listen_host, port=args.port,
                     requests=0, lock=threading.Lock())
     return engine, sock

@@ -1,6 +1,7 @@
 """The vLLM layer after converge, idempotence and the side effects (H100 + L4, stand-in image)."""
 import json
 import os
+import re
 import time
 
 import pytest
@@ -103,12 +104,14 @@ def test_record_holds_plan_and_startup_figures_within_one_percent(host):
         assert entry["warnings"] == []
         assert startup["vllm_version"] == "0.25.1"
     fp8 = instances["qwen3-32b-fp8"]
-    # The plan (non-torch 1.0 GiB) and the log (measured 0.89 GiB) differ, within the tolerance.
-    assert fp8["plan"]["kv_cache_tokens"] == 154608 and fp8["startup"]["kv_cache_tokens"] == 155056
-    assert fp8["plan"]["max_concurrency"] == 4.72 and fp8["startup"]["max_concurrency"] == 4.73
+    # The plan (non-torch 0.05 GiB, the model's) and the log (0.06 GiB "measured") differ, within the
+    # tolerance; the record keeps the plan the container was started with.
+    assert fp8["plan"]["kv_cache_tokens"] == 155120 and fp8["startup"]["kv_cache_tokens"] == 155088
+    assert fp8["plan"]["max_concurrency"] == 4.73 and fp8["startup"]["max_concurrency"] == 4.73
+    assert fp8["plan"]["estimates"] == "model" and fp8["plan"]["vllm_rules"] == "V1 0.21-0.33"
     assert fp8["gpu_uuids"][0].startswith("GPU-") and fp8["max_model_len"] == 32768
     awq = instances["qwen25-3b-awq-0"]
-    assert awq["plan"]["kv_cache_tokens"] == awq["startup"]["kv_cache_tokens"] == 36432
+    assert awq["plan"]["kv_cache_tokens"] == awq["startup"]["kv_cache_tokens"] == 82368
 
 
 def test_no_secret_in_the_record(host):
@@ -145,3 +148,22 @@ def test_restart_loads_the_compile_cache(host):
 def test_no_failed_container_left(host):
     names = host.check_output("docker ps -a --format '{{.Names}}'").split()
     assert sorted(names) == sorted(INSTANCES)
+
+
+def test_measurements_are_kept_and_used(host):
+    """Each start's measured figures are kept by settings; the idempotence run planned with them."""
+    store = json.loads(host.file("/var/lib/gpuhost/vllm-measured.json").content_string)
+    instances = record(host)["vllm"]["instances"]
+    by_model = {}
+    for entry in store["entries"].values():
+        by_model.setdefault(entry["settings"]["model"], []).append(entry)
+    fp8 = [e for e in by_model["Qwen3-32B-FP8"] if e["settings"]["env"] == {"GPUHOST_STANDIN_NON_TORCH_GIB": "0.06"}]
+    assert len(fp8) == 1
+    entry, startup = fp8[0], instances["qwen3-32b-fp8"]["startup"]
+    assert entry["kv_cache_gib"] == startup["kv_cache_gib"] and entry["weights_gib"] == startup["weights_gib"]
+    parts = entry["weights_gib"] + entry["activation_gib"] + entry["non_torch_gib"] + entry["cuda_graph_gib"]
+    assert abs(parts + entry["kv_cache_gib"] - entry["budget_gib"]) < 0.001
+    path = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "ansible.log")
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        text = handle.read()
+    assert re.search(r"vllm plan qwen3-32b-fp8: OK .* \(measured on this host\)", text)
