@@ -203,7 +203,10 @@ CUDA_CONTEXT_GIB = 0.30          # charged only by the "device" generations (cor
 NCCL_GIB = 0.38                  # NCCL + custom all-reduce buffers, TP > 1 (corpus 008/009: 0.73/0.71)
 NCCL_AFTER_SNAPSHOT_GIB = 0.35   # 0.11+, graphs captured: calibration 017 (~0.4); eager 014: ~0
 # Expert parallelism's all-to-all buffers (one log: corpus 021, TP 8 + EP).
-EXPERT_PARALLEL_GIB = 2.2
+EXPERT_PARALLEL_GIB = 2.0
+# FP8 weights (w8a8: activations quantised per token, scaled-mm workspaces): calibration 009
+# (dense, L40S: ~0.3 GiB more than the bf16 model explains) and 015 (MoE, H100: ~0.15).
+FP8_WEIGHTS_GIB = 0.2
 # Unified memory (GB10): the profiler reads the system's available memory, so host-side
 # allocations during profiling count as non-torch (corpus 045; 001 and 004 show 2.8-4.3 GiB
 # of overheads with models whose configs are not public).
@@ -285,6 +288,8 @@ def estimate(model, rules, tp, batched_tokens, num_seqs, enforce_eager=False, fl
         non_torch += NCCL_AFTER_SNAPSHOT_GIB
     if expert_parallel:
         non_torch += EXPERT_PARALLEL_GIB
+    if model.get("weight_bits") == 8:
+        non_torch += FP8_WEIGHTS_GIB
     if unified_memory:
         non_torch += UNIFIED_NON_TORCH_GIB
 
