@@ -78,3 +78,29 @@ def test_bad_input_is_one_line_and_exit_2():
         assert proc.stdout == ""
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
         assert proc.stderr.startswith("gpuhost plan: ")
+
+
+def test_gpu_catalogue_image_version_and_other_instances():
+    """`--gpu NAME` takes nvidia-smi's total and reserved from the catalogue, the image's tag
+    names the vLLM rules, and other instances' utilisations count against the same GPU."""
+    args = ["--json", "--gpu", "H100", "--image", "vllm/vllm-openai:v0.11.0", "--gpu-memory-utilization", "0.5",
+            "--max-model-len", "8192", "--weights-gib", "15", "--kv-bytes-per-token", "131072"]
+    plan = json.loads(gpuhost(*args).stdout)
+    assert plan["cuda_total_mib"] == 81559 - 479 and plan["budget_mib"] == round(0.5 * 81080)
+    assert plan["engine"]["vllm_version"] == "0.11.0" and plan["engine"]["rules"] == "V1 0.11.0"
+    crowded = json.loads(gpuhost(*(args + ["--other-utilization", "0.3", "--other-utilization", "0.25"])).stdout)
+    assert crowded["verdict"] == "refuse" and crowded["instances"][0]["sum_utilization"] == 1.05
+    assert crowded["remedies"][0]["name"] == "share_gpu_evenly"
+
+
+def test_json_errors_are_json():
+    proc = gpuhost("--json", "--gpu-memory-mib", "24576", "--model", "/does/not/exist")
+    assert proc.returncode == 2 and proc.stderr == ""
+    assert json.loads(proc.stdout)["error"].startswith("gpuhost plan: model directory /does/not/exist")
+    proc = gpuhost("--json", "--gpu", "V100", "--weights-gib", "1", "--kv-bytes-per-token", "1")
+    assert proc.returncode == 2 and "unknown --gpu 'V100'" in json.loads(proc.stdout)["error"]
+
+
+def test_help_names_the_catalogue_and_an_example():
+    proc = subprocess.run([sys.executable, GPUHOST, "plan", "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "--gpu" in proc.stdout and "L40S" in proc.stdout
