@@ -13,8 +13,10 @@ import re
 import xml.etree.ElementTree as ET
 
 try:
+    from ansible.module_utils import error_catalogue as catalogue
     from ansible.module_utils.gpu_arch import lookup as arch_lookup, normalise_device_id
 except ImportError:
+    import error_catalogue as catalogue
     from gpu_arch import lookup as arch_lookup, normalise_device_id
 
 
@@ -1047,36 +1049,17 @@ def parse_version(data):
     return result
 
 
-_ERRORS = (
-    (re.compile(r"driver/library version mismatch", re.I), "version_mismatch",
-     "NVML driver/library version mismatch: the loaded kernel module and the userspace "
-     "libraries differ (driver upgraded without reboot or module reload)"),
-    (re.compile(r"couldn'?t communicate with the nvidia driver", re.I), "driver_not_loaded",
-     "nvidia-smi could not communicate with the NVIDIA driver: the kernel module is not loaded"),
-    (re.compile(r"no devices were found", re.I), "error",
-     "nvidia-smi found no devices: the driver is loaded but initialised no GPU"),
-    (re.compile(r"nvidia-smi: (?:command )?not found|command 'nvidia-smi' not found|"
-                r"nvidia-smi[^\n]*no such file or directory|executable file not found[^\n]*nvidia-smi|"
-                r"nvidia-smi[^\n]*executable file not found", re.I), "no_driver",
-     "nvidia-smi is not installed: no NVIDIA driver userspace"),
-    (re.compile(r"unable to determine the device handle for gpu\s*(\S+?):?\s+([^\n]+)", re.I), "error",
-     "nvidia-smi lost a GPU"),
-    (re.compile(r"failed to initialize nvml:\s*([^\n]+)", re.I), "error",
-     "NVML failed to initialise"),
-    (re.compile(r"insufficient permissions", re.I), "error",
-     "nvidia-smi lacks permissions on /dev/nvidia*"),
-)
-
-
 def classify_error(data):
     """(state, message, nvml_library_version) for an nvidia-smi error text, or None."""
     text = " ".join(clean_text(data).split())
-    for regex, state, message in _ERRORS:
-        match = regex.search(text)
+    lower = text.lower()
+    for state, entry in catalogue.in_scope("smi"):
+        match = catalogue.matches(entry, text, lower)
         if not match:
             continue
         nvml = re.search(r"NVML library version:\s*([0-9][0-9.]*[0-9])", text)
-        if state == "error" and regex.groups:
+        message = entry["meaning"]
+        if state == "error" and entry["regex"].groups:
             message = "%s: %s" % (message, match.group(0)[:160])
         return state, message, nvml.group(1) if nvml else None
     return None

@@ -27,6 +27,7 @@ import shlex
 import stat as stat_mod
 
 try:
+    from ansible.module_utils import error_catalogue as catalogue
     from ansible.module_utils.gpu_facts import build_facts, capture as capture_gpu
     from ansible.module_utils.host_parse import HostParseError, parse_proc_version
     from ansible.module_utils.nvsmi_parse import ParseError, classify_error, clean_text, parse_list
@@ -34,6 +35,7 @@ try:
         CDI_DIRS, CdiSpecError, parse_cdi_list, read_spec, shadowing, staleness)
     from ansible.module_utils.daemon_json import DaemonJsonError, parse as parse_daemon_json
 except ImportError:  # unit tests put module_utils/ on sys.path
+    import error_catalogue as catalogue
     from gpu_facts import build_facts, capture as capture_gpu
     from host_parse import HostParseError, parse_proc_version
     from nvsmi_parse import ParseError, classify_error, clean_text, parse_list
@@ -615,33 +617,13 @@ def check_cdi_list(cap, ctk_path):
 # container
 
 
-_CONTAINER_ERRORS = (
-    ("image_absent", r"unable to find image|no such image|pull access denied|manifest unknown|"
-                     r"repository does not exist|failed to resolve reference"),
-    ("runtime_unknown", r"unknown or invalid runtime name"),
-    ("no_gpu_driver", r"could not select device driver .* with capabilities"),
-    ("cdi_unresolvable", r"unresolvable CDI devices|CDI device injection failed|"
-                         r"failed to inject CDI devices|invalid device|not a device node"),
-    ("driver", r"nvidia-container-cli: (?:initialization error|detection error)|"
-               r"driver/library version mismatch|driver not loaded|nvml error"),
-    # runc names the mount first and ends with the same "no such file or directory: unknown" as a missing
-    # executable: a mount source gone (a CDI spec of an older driver) is not the image's fault.
-    ("mount", r"error mounting"),
-    ("no_nvidia_smi", r"\"?nvidia-smi\"?: executable file not found|exec: \"?nvidia-smi\"?: |"
-                      r"nvidia-smi: (?:command )?not found|no such file or directory: unknown"),
-    ("mount", r"no such file or directory"),
-)
-
-
 def classify_container(cap):
     """Why a `docker run ... nvidia-smi -L` failed: (kind, decisive line)."""
-    text = _out(cap)
-    for kind, pattern in _CONTAINER_ERRORS:
-        regex = re.compile(pattern, re.I)
-        for line in _lines(text):
-            if regex.search(line):
+    lines = _lines(_out(cap))
+    for kind, entry in catalogue.in_scope("container"):
+        for line in lines:
+            if catalogue.matches(entry, line):
                 return kind, line.strip()
-    lines = _lines(text)
     return "other", (lines[-1].strip() if lines else "exit status %s, no output" % cap.get("rc"))
 
 
@@ -779,48 +761,11 @@ def check_throttle(facts, captures, benign=BENIGN_CLOCK_REASONS):
     return result("throttle", "health", "ok", "no throttling (gpu_idle aside)", ev=ev, data=data)
 
 
-# NVIDIA's Xid catalogue (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, "Xid
-# Errors"), paraphrased: code -> (description, what usually causes it, action bucket). Action
-# buckets, mildest first: IGNORE, RESTART_APP, WATCH, RESET_GPU, REBOOT (node), and the catalogue's
-# hardware ones are followed by "RMA if it recurs".
-XID_CATALOGUE = {
-    8: ("GPU stopped processing (channel idle timeout)", "an application or driver hang", "RESTART_APP"),
-    13: ("Graphics Engine Exception", "usually the application (illegal instruction or address)", "RESTART_APP"),
-    31: ("GPU memory page fault (MMU fault)", "usually the application (illegal memory access)", "RESTART_APP"),
-    32: ("Invalid or corrupted push buffer stream", "driver, PCIe or system memory trouble", "RESET_GPU"),
-    43: ("GPU stopped processing", "the application hit an error and its channel was stopped", "RESTART_APP"),
-    45: ("Preemptive cleanup, due to previous errors", "channels of a killed or failed process torn down; "
-                                                      "follows another Xid", "IGNORE"),
-    48: ("Double Bit ECC Error (uncorrectable memory error)", "GPU memory", "RESET_GPU"),
-    61: ("Internal micro-controller breakpoint/warning", "GPU firmware", "RESET_GPU"),
-    62: ("Internal micro-controller halt", "GPU firmware or hardware", "RESET_GPU"),
-    63: ("ECC page retirement or row remapping recorded", "GPU memory (corrected; a reset activates it)", "WATCH"),
-    64: ("ECC page retirement or row remapper recording failure", "GPU memory", "RESET_GPU"),
-    69: ("Graphics Engine class error", "usually the application", "RESTART_APP"),
-    74: ("NVLink error", "NVLink/NVSwitch hardware or links", "RESET_GPU"),
-    79: ("GPU has fallen off the bus", "PCIe link, power or thermals (hardware)", "REBOOT"),
-    92: ("High single-bit ECC error rate", "GPU memory wearing out", "WATCH"),
-    94: ("Contained ECC error", "GPU memory; only the affected application died", "RESTART_APP"),
-    95: ("Uncontained ECC error", "GPU memory; every application on the GPU is affected", "RESET_GPU"),
-    109: ("Context switch timeout", "application or driver hang", "RESTART_APP"),
-    119: ("GSP RPC timeout", "GPU System Processor firmware did not answer", "RESET_GPU"),
-    120: ("GSP error", "GPU System Processor firmware", "RESET_GPU"),
-    154: ("GPU recovery action changed", "the driver names the recovery it needs (reset, reboot)", "RESET_GPU"),
-}
-XID_ACTIONS = {
-    "IGNORE": "nothing on its own (it follows another Xid)",
-    "RESTART_APP": "restart the application; if it recurs across different applications on the same GPU, "
-                   "drain the GPU and run diagnostics (`dcgmi diag -r 2`)",
-    "WATCH": "keep serving; reset the GPU at the next maintenance window and watch the rate",
-    "RESET_GPU": "drain the GPU, reset it (`nvidia-smi -r -i <gpu>`) or reboot; RMA if it recurs",
-    "REBOOT": "drain the host and reboot it; check PCIe seating, power and thermals; RMA if it recurs",
-}
-_XID_SEVERITY = ("IGNORE", "RESTART_APP", "WATCH", "RESET_GPU", "REBOOT")
-# NVRM: Xid (PCI:0000:17:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
-# NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: ...     (no name= on older drivers)
-# NVRM: Xid (0000:03:00): 13, ...                                  (old drivers, no PCI: prefix)
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?\):\s*(\d+)"
-                  r"(?:,\s*(.*))?$")
+# The Xid table and line pattern live in the one error table (module_utils/error_catalogue.py).
+XID_CATALOGUE = catalogue.XID_CATALOGUE
+XID_ACTIONS = catalogue.XID_ACTIONS
+_XID_SEVERITY = catalogue.XID_SEVERITY
+_XID = catalogue.XID
 
 
 def parse_xids(text):

@@ -48,6 +48,11 @@ Message texts, as in vLLM's source (confirmed against vllm-project/vllm):
 """
 import re
 
+try:
+    from ansible.module_utils import error_catalogue as catalogue
+except ImportError:  # plain import in unit tests and the CLI
+    import error_catalogue as catalogue
+
 STAGES = ("engine_start", "weights_loaded", "memory_profiled", "kv_cache_allocated",
           "graphs_captured", "api_server_started")
 FAILURE_KINDS = ("shm_exhausted", "kv_cache_insufficient", "free_memory_below_utilization",
@@ -183,18 +188,6 @@ GATES = {
     "profile_debug": ("torch peak memory increase",), "profile_usage": ("for peak activation",),
     "graph_estimate": ("Estimated CUDA graph memory",), "graph_profiling_on": ("graph memory profiling is enabled",),
 }
-# The same for the failure kinds, tested on the lower-cased line.
-FAILURE_GATES = {
-    "shm_exhausted": ("shared memory", "shm", "posix_fallocate"),
-    "free_memory_below_utilization": ("free memory on device",),
-    "kv_cache_insufficient": ("cache blocks", "kv cache", "max seq len", "auto-fit"),
-    "cuda_oom": ("out of memory", "outofmemoryerror"),
-    "gated_model": ("client error", "gated", "restricted"),
-    "import_error": ("importerror", "modulenotfounderror", "undefined symbol"),
-    "argument_error": ("error: ", "max_model_len"),
-}
-
-
 def _find(key, message):
     for gate in GATES[key]:
         if gate in message:
@@ -202,32 +195,18 @@ def _find(key, message):
     return None
 
 
-# Ordered: the first kind whose pattern matches a line names the failure.
-FAILURE_PATTERNS = (
-    ("shm_exhausted", re.compile(
-        r"unable to open shared memory object|Error while creating shared memory segment|"
-        r"failed to extend /dev/shm|posix_fallocate failed|"
-        r"(?:/dev/shm|shm|shared memory).*No space left on device", re.I)),
-    ("free_memory_below_utilization", re.compile(
-        r"Free memory on device.*is less than desired GPU memory utili[sz]ation", re.I)),
-    ("kv_cache_insufficient", re.compile(
-        r"No available memory for the cache blocks|"
-        r"is larger than the maximum number of tokens that can be stored in KV cache|"
-        r"To serve at least one request with the models?'s max seq len|"
-        r"KV cache is needed, which is larger than the available KV cache memory|"
-        r"more KV cache is needed than available|"  # seed 000's wording of the same error
-        r"Cannot auto-fit max_model_len", re.I)),
-    ("cuda_oom", re.compile(
-        r"CUDA out of memory|HIP out of memory|OutOfMemoryError|CUDA error: out of memory|"
-        r"CUDA Error: out of memory", re.I)),
-    ("gated_model", re.compile(
-        r"401 Client Error|403 Client Error|GatedRepoError|Cannot access gated repo|"
-        r"Access to model .* is restricted", re.I)),
-    ("import_error", re.compile(r"^(?:ImportError|ModuleNotFoundError)\b|undefined symbol:")),
-    ("argument_error", re.compile(
-        r"(?:vllm|api_server\.py|serve)(?: serve)?: error: |^error: (?:unrecognized arguments|argument )|"
-        r"User-specified max_model_len .* is greater than")),
-)
+# The failure kinds, in order (the first whose pattern matches a line names the failure): the
+# "vllm" scope of the one error table, module_utils/error_catalogue.py.
+FAILURE_ENTRIES = catalogue.in_scope("vllm")
+
+
+def _failure_kind(message, lower):
+    for name, entry in FAILURE_ENTRIES:
+        if catalogue.matches(entry, message, lower):
+            return name
+    return None
+
+
 # Frames or texts that tell which stage a traceback came from; the innermost wins.
 STAGE_HINTS = (
     ("weights_loaded", re.compile(r"\bload_model\b|\bload_weights\b|default_loader\.py|weight_utils\.py")),
@@ -338,10 +317,7 @@ def _feed(run, number, raw, level, message, proc, rank):
             if m and m.group(1):
                 run["api_url"] = m.group(1)
         if run["after_start"] is None and level not in ("INFO", "DEBUG", "WARNING", "WARN"):
-            lower = message.lower()
-            kind = any(any(g in lower for g in FAILURE_GATES[name]) and pattern.search(message)
-                       for name, pattern in FAILURE_PATTERNS)
-            if kind or RE["exception"].search(message):
+            if _failure_kind(message, message.lower()) or RE["exception"].search(message):
                 run["after_start"] = {"line": number, "message": message}
         return
 
@@ -435,11 +411,7 @@ def _feed(run, number, raw, level, message, proc, rank):
     m = _HINTS.search(message)
     if m:
         run["hints"].append(_HINT_STAGE[m.lastgroup])
-    kind = None
-    for name, pattern in FAILURE_PATTERNS:
-        if any(gate in lower for gate in FAILURE_GATES[name]) and pattern.search(message):
-            kind = name
-            break
+    kind = _failure_kind(message, lower)
     is_exception = bool(RE["exception"].search(message))
     if kind:
         run["failures"].append({"kind": kind, "line": number, "message": message,

@@ -1,0 +1,298 @@
+# -*- coding: utf-8 -*-
+"""One table of the error texts a GPU serving host prints, and what each one means.
+
+Pure stdlib, Python >= 3.9 (shipped to hosts as module_utils).
+
+Every entry names the broken layer, a stable kind, the pattern of the decisive line, what it
+means in one sentence, the fix, and the gpuhost run that repairs or checks it.  Its `scopes`
+say which reader uses it and under which of that reader's own names:
+  container  stack_check.classify_container (a `docker run --gpus ... nvidia-smi -L` that failed)
+  smi        nvsmi_parse.classify_error (an nvidia-smi error text -> facts state)
+  vllm       vllm_log (a vLLM start's failure kind)
+Within a scope the table's order is the reader's order (the first entry that matches wins);
+`explain` reads every entry and ranks findings by LAYERS.  Adding a pattern is one entry here
+plus its real example in tests/unit/test_explain.py.
+
+Every pattern was written against a real text: ../shared/corpus/ (errors/, host/, nvidia_smi/
+029-032, vllm_logs/) or the toolkit's and engines' own sources, named at the entry.
+"""
+import re
+
+LAYERS = ("hardware", "driver", "fabric", "persistence", "docker", "toolkit", "runtime_config", "cdi",
+          "image", "container", "vllm_config", "vllm_memory", "other")
+
+REPAIR_DRIVER = "site.yml --tags driver (checks: playbooks/diagnose.yml)"
+REPAIR_TOOLKIT = "site.yml --tags toolkit, then playbooks/drift.yml (re-runs configure, restarts docker)"
+REPAIR_CDI = "site.yml --tags cdi (or playbooks/drift.yml: regenerates a stale spec)"
+REPAIR_VLLM = "site.yml --tags vllm (the memory plan runs before any container starts)"
+
+
+def _e(kind, layer, pattern, meaning, fix, repair, scopes=None, gate=None, flags=re.I):
+    return {"kind": kind, "layer": layer, "regex": re.compile(pattern, flags), "meaning": meaning, "fix": fix,
+            "repair": repair, "scopes": scopes or {}, "gate": gate}
+
+
+ENTRIES = (
+    # --- driver (nvidia-smi error forms: corpus nvidia_smi/029-032) -----------------------------
+    _e("nvml_mismatch", "driver", r"driver/library version mismatch",
+       "NVML driver/library version mismatch: the loaded kernel module and the userspace libraries "
+       "differ (driver upgraded without reboot or module reload)",
+       "reboot, or stop every GPU process and reload the modules: `rmmod nvidia_uvm nvidia_drm nvidia_modeset "
+       "nvidia && modprobe nvidia`", REPAIR_DRIVER,
+       scopes={"smi": "version_mismatch"}, gate=("mismatch",)),
+    _e("driver_not_loaded", "driver", r"couldn'?t communicate with the nvidia driver",
+       "nvidia-smi could not communicate with the NVIDIA driver: the kernel module is not loaded",
+       "load it: `modprobe nvidia` (or reboot); if it refuses, read `journalctl -k -b | grep -i nvidia` "
+       "(Secure Boot, a kernel without the module)", REPAIR_DRIVER,
+       scopes={"smi": "driver_not_loaded"}, gate=("communicate",)),
+    _e("no_devices_found", "driver", r"no devices were found",
+       "nvidia-smi found no devices: the driver is loaded but initialised no GPU",
+       "read `journalctl -k -b | grep -iE 'nvrm|xid'` for the GPU's fate; check `lspci -nn | grep -i nvidia`",
+       REPAIR_DRIVER, scopes={"smi": "error"}, gate=("no devices",)),
+    _e("nvidia_smi_missing", "driver",
+       r"nvidia-smi: (?:command )?not found|command 'nvidia-smi' not found|"
+       r"nvidia-smi[^\n]*no such file or directory|executable file not found[^\n]*nvidia-smi|"
+       r"nvidia-smi[^\n]*executable file not found",
+       "nvidia-smi is not installed: no NVIDIA driver userspace",
+       "install the driver (the -server branch on Ubuntu, Debian's nvidia-driver on Debian)", REPAIR_DRIVER,
+       scopes={"smi": "no_driver"}, gate=("nvidia-smi",)),
+    _e("gpu_lost", "hardware", r"unable to determine the device handle for gpu\s*(\S+?):?\s+([^\n]+)",
+       "nvidia-smi lost a GPU", "read the kernel log for an Xid (79: fallen off the bus); drain and reboot the host",
+       "playbooks/diagnose.yml (hardware layer)", scopes={"smi": "error"}, gate=("device handle",)),
+    # A running container whose cgroup lost its device rules (systemctl daemon-reload without
+    # /dev/char links): corpus errors/004, NVIDIA/nvidia-container-toolkit#48.
+    _e("daemon_reload_lost_devices", "container", r"failed to initialize nvml:\s*unknown error",
+       "NVML cannot open the GPU devices: inside a running container this is the container losing its device "
+       "access after `systemctl daemon-reload` (runc needs /dev/char links for the NVIDIA device nodes)",
+       "recreate the container; create the links so that it does not recur: `nvidia-ctk system "
+       "create-dev-char-symlinks --create-all` and NVIDIA's udev rule", REPAIR_TOOLKIT,
+       scopes={"smi": "error"}, gate=("nvml",)),
+    _e("nvml_init_failed", "driver", r"failed to initialize nvml:\s*([^\n]+)", "NVML failed to initialise",
+       "run nvidia-smi on the host: the driver layer decides the rest", REPAIR_DRIVER,
+       scopes={"smi": "error"}, gate=("nvml",)),
+    _e("nvml_insufficient_permissions", "driver", r"insufficient permissions",
+       "nvidia-smi lacks permissions on /dev/nvidia*",
+       "run it as root, or fix the device nodes' mode (NVreg_DeviceFileMode)", REPAIR_DRIVER,
+       scopes={"smi": "error"}, gate=("permission",)),
+    # Secure Boot: the kernel refuses an unsigned (DKMS) module (corpus errors/003).
+    _e("secure_boot_rejected", "driver",
+       r"could not insert 'nvidia[\w-]*': Key was rejected by service|"
+       r"Lockdown: [^\n]*unsigned module loading is restricted",
+       "the kernel refused the nvidia module's signature: Secure Boot is on and the module (DKMS-built) "
+       "is not signed by an enrolled key",
+       "install Ubuntu's signed prebuilt modules (linux-modules-nvidia-<branch>-server-<flavour>), or enrol "
+       "the DKMS key at the console: `mokutil --import /var/lib/shim-signed/mok/MOK.der`, reboot, confirm in "
+       "MokManager", REPAIR_DRIVER, gate=("rejected", "lockdown")),
+    # --- fabric manager (HGX / NVSwitch hosts; corpus errors/001-002, host/004-006) -------------
+    _e("fabric_manager_not_running", "fabric",
+       r"cudaGetDeviceCount returned 802|system not yet initialized|CUDA error 802|\berror 802\b",
+       "CUDA error 802 (system not yet initialized): on an NVSwitch (HGX) host the fabric manager has not "
+       "set up the fabric, so no CUDA program can start while nvidia-smi still looks healthy",
+       "install nvidia-fabricmanager at exactly the driver's version and start it: `systemctl enable --now "
+       "nvidia-fabricmanager`; check `nvidia-smi -q | grep -A3 Fabric` (State Completed, Status Success)",
+       "site.yml --tags driver (fabric manager on HGX hosts)", gate=("802", "not yet initialized")),
+    _e("fabric_manager_version_mismatch", "fabric",
+       r"fabric manager NVIDIA GPU driver interface version \S+ don'?t match with driver version \S+",
+       "the fabric manager's version differs from the loaded driver's, so it refuses to start (a driver upgrade "
+       "left it behind)",
+       "install nvidia-fabricmanager at the driver's exact version (`nvidia-smi` Driver Version) and restart "
+       "it, or reboot into the driver the fabric manager matches", "playbooks/drift.yml", gate=("fabric manager",)),
+    _e("fabric_manager_not_needed", "fabric", r"NV_WARN_NOTHING_TO_DO",
+       "the fabric manager found no NVSwitch to manage and exits: this host (PCIe or NVLink-bridge GPUs) does "
+       "not need it", "disable it: `systemctl disable --now nvidia-fabricmanager`",
+       "site.yml --tags driver", gate=("nothing_to_do",)),
+    _e("fabric_manager_failed", "fabric",
+       r"Job for nvidia-fabricmanager\.service failed|nvidia-fabricmanager\.service: (?:Main|Control) process "
+       r"exited, code=exited, status=[1-9]",
+       "the fabric manager service failed to start", "read `journalctl -u nvidia-fabricmanager -b` and "
+       "/var/log/fabricmanager.log; its version must equal the driver's", "playbooks/diagnose.yml",
+       gate=("fabricmanager",)),
+    # --- docker / toolkit / runtime configuration (stack_check's container errors) ---------------
+    _e("image_absent", "image",
+       r"unable to find image|no such image|pull access denied|manifest unknown|repository does not exist|"
+       r"failed to resolve reference",
+       "the image is not on the host and could not be pulled",
+       "load it (`docker load -i <tarball>`) or pull it from a registry the host reaches", "-",
+       scopes={"container": "image_absent"}),
+    _e("runtime_not_registered", "runtime_config", r"unknown or invalid runtime name",
+       "docker does not know the nvidia runtime: `nvidia-ctk runtime configure` was not run (or daemon.json "
+       "was replaced) since the toolkit was installed",
+       "`nvidia-ctk runtime configure --runtime=docker && systemctl restart docker`", REPAIR_TOOLKIT,
+       scopes={"container": "runtime_unknown"}, gate=("runtime",)),
+    _e("cdi_not_enabled", "docker", r'could not select device driver "cdi"',
+       "docker was asked for a CDI device (--device nvidia.com/gpu=...) but its CDI support is off",
+       "enable it in /etc/docker/daemon.json (`\"features\": {\"cdi\": true}`, docker >= 25; default from "
+       "28.2) and restart docker, or use `--gpus`", "site.yml --tags docker,cdi", gate=("device driver",)),
+    _e("no_gpu_device_driver", "toolkit", r"could not select device driver .* with capabilities",
+       "docker has no GPU device driver: the NVIDIA Container Toolkit (its runtime hook) is not installed or "
+       "docker was not restarted after it was",
+       "install the NVIDIA Container Toolkit, run `nvidia-ctk runtime configure --runtime=docker`, restart docker",
+       REPAIR_TOOLKIT, scopes={"container": "no_gpu_driver"}, gate=("device driver",)),
+    _e("gpus_flag_in_cdi_mode", "runtime_config",
+       r"invoking the NVIDIA Container Runtime Hook directly \(e\.g\. specifying the docker --gpus flag\) is "
+       r"not supported",
+       "the toolkit runs in CDI mode (config.toml mode = \"cdi\") and refuses docker's --gpus hook path",
+       "use `--runtime=nvidia --device nvidia.com/gpu=all`, or set the toolkit's mode back to auto/legacy in "
+       "/etc/nvidia-container-runtime/config.toml", REPAIR_TOOLKIT, gate=("runtime hook",)),
+    _e("cdi_spec_too_new", "cdi", r'unknown field "additionalGids"|failed to unmarshal CDI Spec',
+       "the engine cannot read the CDI spec: toolkit >= 1.19 writes spec 0.7.0 (additionalGids), which needs "
+       "docker >= 26.1, containerd >= 1.7.16, podman >= 5.1",
+       "regenerate it for the older engine: `nvidia-ctk cdi generate --feature-flag "
+       "no-additional-gids-for-device-nodes --output=/etc/cdi/nvidia.yaml`, or upgrade the engine", REPAIR_CDI,
+       gate=("cdi spec", "additionalgids")),
+    _e("cdi_unresolvable", "cdi",
+       r"unresolvable CDI devices|CDI device injection failed|failed to inject CDI devices|invalid device|"
+       r"not a device node",
+       "the engine cannot resolve the CDI device: no CDI spec names it (/etc/cdi/nvidia.yaml missing or stale)",
+       "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`", REPAIR_CDI,
+       scopes={"container": "cdi_unresolvable"}),
+    # The image's CUDA against the driver (corpus errors/008-010).
+    _e("cuda_driver_too_old", "image",
+       r"unsatisfied condition: cuda>=|CUDA driver version is insufficient for CUDA runtime version|"
+       r"\berror 803\b|system has unsupported display driver / cuda driver combination",
+       "the image needs a newer CUDA than the host's driver supports (nvidia-smi's \"CUDA Version\")",
+       "upgrade the driver branch, use an image built for the driver's CUDA, or on a datacenter GPU an image "
+       "with cuda-compat (forward compatibility)", REPAIR_DRIVER, gate=("cuda", "803")),
+    _e("forward_compat_unsupported", "image",
+       r"forward compatibility was attempted on non supported HW|\berror 804\b",
+       "the image tried CUDA forward compatibility (cuda-compat) on a GPU that does not support it (GeForce and "
+       "workstation cards)", "use an image built for the driver's CUDA, or upgrade the driver", REPAIR_DRIVER,
+       gate=("forward compatibility", "804")),
+    _e("driver_libraries_missing", "driver",
+       r"nvidia-container-cli: initialization error: load library failed: libnvidia-ml\.so",
+       "the toolkit cannot load the driver's NVML library: the driver's userspace is not installed on the host",
+       "install the driver (its userspace packages), then retry", REPAIR_DRIVER,
+       scopes={"container": "driver"}, gate=("load library",)),
+    _e("driver_not_loaded", "driver",
+       r"nvidia-container-cli: (?:initialization error|detection error)|driver not loaded|nvml error",
+       "the toolkit cannot use the driver (not loaded, or NVML failing)",
+       "fix the driver layer first: nvidia-smi on the host must work", REPAIR_DRIVER,
+       scopes={"container": "driver"}),
+    # runc names the mount first and ends with the same "no such file or directory: unknown" as a
+    # missing executable: a mount source gone (a CDI spec of an older driver) is not the image's fault.
+    _e("driver_files_mount_failed", "cdi", r"error mounting",
+       "the container could not mount the driver's files: the CDI spec or the runtime's configuration names "
+       "files of another driver version", "regenerate the CDI spec for the loaded driver, re-run `nvidia-ctk "
+       "runtime configure --runtime=docker`, restart docker", REPAIR_CDI, scopes={"container": "mount"}),
+    _e("container_nvidia_smi_missing", "image",
+       r"\"?nvidia-smi\"?: executable file not found|exec: \"?nvidia-smi\"?: |nvidia-smi: (?:command )?not found|"
+       r"no such file or directory: unknown",
+       "the container has no usable nvidia-smi: the toolkit injects the host's only with the utility "
+       "capability (NVIDIA_DRIVER_CAPABILITIES), and it needs glibc in the image",
+       "run with `-e NVIDIA_DRIVER_CAPABILITIES=compute,utility`, or use an image that keeps utility",
+       "-", scopes={"container": "no_nvidia_smi"}),
+    _e("driver_files_missing", "cdi", r"no such file or directory",
+       "a file the container needs is missing", "regenerate the CDI spec for the loaded driver", REPAIR_CDI,
+       scopes={"container": "mount"}),
+    # --- the vLLM start (module_utils/vllm_log.py; corpus vllm_logs/) -----------------------------
+    _e("shm_exhausted", "container",
+       r"unable to open shared memory object|Error while creating shared memory segment|"
+       r"failed to extend /dev/shm|posix_fallocate failed|(?:/dev/shm|shm|shared memory).*No space left on device",
+       "/dev/shm is too small for weight loading or NCCL between tensor-parallel ranks (docker's default is "
+       "64 MB)", "run with `--ipc=host` (vllm_ipc_mode: host) or `--shm-size=16g`", REPAIR_VLLM,
+       scopes={"vllm": "shm_exhausted"}, gate=("shared memory", "shm", "posix_fallocate")),
+    _e("free_memory_below_utilization", "vllm_memory",
+       r"Free memory on device.*is less than desired GPU memory utili[sz]ation",
+       "other processes hold part of the GPU, so the requested --gpu-memory-utilization of the whole device "
+       "is not free", "lower --gpu-memory-utilization, or stop what holds the memory (`nvidia-smi "
+       "--query-compute-apps=pid,used_memory --format=csv`)", REPAIR_VLLM,
+       scopes={"vllm": "free_memory_below_utilization"}, gate=("free memory on device",)),
+    _e("kv_cache_insufficient", "vllm_memory",
+       r"No available memory for the cache blocks|"
+       r"is larger than the maximum number of tokens that can be stored in KV cache|"
+       r"To serve at least one request with the models?'s max seq len|"
+       r"KV cache is needed, which is larger than the available KV cache memory|"
+       r"more KV cache is needed than available|"  # seed 000's wording of the same error
+       r"Cannot auto-fit max_model_len",
+       "after weights and overheads the KV cache holds less than one max_model_len request",
+       "quantise the weights (FP8), --kv-cache-dtype fp8, more GPUs (tensor parallel), a lower --max-model-len "
+       "or a higher --gpu-memory-utilization: `gpuhost plan` ranks them", REPAIR_VLLM,
+       scopes={"vllm": "kv_cache_insufficient"}, gate=("cache blocks", "kv cache", "max seq len", "auto-fit")),
+    _e("cuda_oom", "vllm_memory",
+       r"CUDA out of memory|HIP out of memory|OutOfMemoryError|CUDA error: out of memory|CUDA Error: out of memory",
+       "the GPU ran out of memory (during profiling, graph capture or warm-up: more than the plan left free)",
+       "lower --gpu-memory-utilization or --max-num-seqs, or --enforce-eager (no CUDA graphs)", REPAIR_VLLM,
+       scopes={"vllm": "cuda_oom"}, gate=("out of memory", "outofmemoryerror")),
+    _e("gated_model", "vllm_config",
+       r"401 Client Error|403 Client Error|GatedRepoError|Cannot access gated repo|Access to model .* is restricted",
+       "the model is gated on the Hugging Face hub and no (valid) token was given",
+       "set vllm_hf_token (HF_TOKEN) with access to the model, or serve a local copy", REPAIR_VLLM,
+       scopes={"vllm": "gated_model"}, gate=("client error", "gated", "restricted")),
+    _e("import_error", "image", r"^(?:ImportError|ModuleNotFoundError)\b|undefined symbol:",
+       "the image's Python packages do not fit together (a wheel built for another torch or CUDA)",
+       "use a released image of the engine, or rebuild it", "-",
+       scopes={"vllm": "import_error"}, gate=("importerror", "modulenotfounderror", "undefined symbol"), flags=0),
+    _e("argument_error", "vllm_config",
+       r"(?:vllm|api_server\.py|serve)(?: serve)?: error: |^error: (?:unrecognized arguments|argument )|"
+       r"User-specified max_model_len .* is greater than",
+       "vLLM refused its command line", "fix the instance's arguments (vllm_instances, extra_args)", REPAIR_VLLM,
+       scopes={"vllm": "argument_error"}, gate=("error: ", "max_model_len"), flags=0),
+    _e("kernel_image_invalid", "image",
+       r"device kernel image is invalid|no kernel image is available for execution on the device",
+       "the image's GPU kernels were not built for this GPU's compute capability",
+       "use an image built for this GPU (e.g. sm_75 for a T4, sm_120 for Blackwell workstation cards)", "-",
+       gate=("kernel image",)),
+    _e("worker_hang", "vllm_config", r"No available shared memory broadcast block found",
+       "a vLLM worker stopped answering (often a tensor-parallel rank stuck in NCCL or a kernel)",
+       "read the workers' last lines; check NCCL (NCCL_DEBUG=INFO), /dev/shm and the kernel log for Xids",
+       REPAIR_VLLM, gate=("broadcast block",)),
+    _e("nccl_error", "other", r"NCCL (?:WARN|error)[^\n]*|ncclSystemError|ncclUnhandledCudaError|unhandled system error",
+       "NCCL, the GPUs' collective library, failed", "run with NCCL_DEBUG=INFO; check /dev/shm, the GPUs' "
+       "P2P and the kernel log", "playbooks/diagnose.yml", gate=("nccl",)),
+)
+
+# Kernel log: NVRM: Xid (PCI:0000:17:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+# NVIDIA's Xid catalogue (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, "Xid
+# Errors"), paraphrased: code -> (description, what usually causes it, action bucket). Action buckets,
+# mildest first: IGNORE, RESTART_APP, WATCH, RESET_GPU, REBOOT (node); the catalogue's hardware ones
+# are followed by "RMA if it recurs".
+XID_CATALOGUE = {
+    8: ("GPU stopped processing (channel idle timeout)", "an application or driver hang", "RESTART_APP"),
+    13: ("Graphics Engine Exception", "usually the application (illegal instruction or address)", "RESTART_APP"),
+    31: ("GPU memory page fault (MMU fault)", "usually the application (illegal memory access)", "RESTART_APP"),
+    32: ("Invalid or corrupted push buffer stream", "driver, PCIe or system memory trouble", "RESET_GPU"),
+    43: ("GPU stopped processing", "the application hit an error and its channel was stopped", "RESTART_APP"),
+    45: ("Preemptive cleanup, due to previous errors", "channels of a killed or failed process torn down; "
+                                                      "follows another Xid", "IGNORE"),
+    48: ("Double Bit ECC Error (uncorrectable memory error)", "GPU memory", "RESET_GPU"),
+    61: ("Internal micro-controller breakpoint/warning", "GPU firmware", "RESET_GPU"),
+    62: ("Internal micro-controller halt", "GPU firmware or hardware", "RESET_GPU"),
+    63: ("ECC page retirement or row remapping recorded", "GPU memory (corrected; a reset activates it)", "WATCH"),
+    64: ("ECC page retirement or row remapper recording failure", "GPU memory", "RESET_GPU"),
+    69: ("Graphics Engine class error", "usually the application", "RESTART_APP"),
+    74: ("NVLink error", "NVLink/NVSwitch hardware or links", "RESET_GPU"),
+    79: ("GPU has fallen off the bus", "PCIe link, power or thermals (hardware)", "REBOOT"),
+    92: ("High single-bit ECC error rate", "GPU memory wearing out", "WATCH"),
+    94: ("Contained ECC error", "GPU memory; only the affected application died", "RESTART_APP"),
+    95: ("Uncontained ECC error", "GPU memory; every application on the GPU is affected", "RESET_GPU"),
+    109: ("Context switch timeout", "application or driver hang", "RESTART_APP"),
+    119: ("GSP RPC timeout", "GPU System Processor firmware did not answer", "RESET_GPU"),
+    120: ("GSP error", "GPU System Processor firmware", "RESET_GPU"),
+    154: ("GPU recovery action changed", "the driver names the recovery it needs (reset, reboot)", "RESET_GPU"),
+}
+XID_ACTIONS = {
+    "IGNORE": "nothing on its own (it follows another Xid)",
+    "RESTART_APP": "restart the application; if it recurs across different applications on the same GPU, "
+                   "drain the GPU and run diagnostics (`dcgmi diag -r 2`)",
+    "WATCH": "keep serving; reset the GPU at the next maintenance window and watch the rate",
+    "RESET_GPU": "drain the GPU, reset it (`nvidia-smi -r -i <gpu>`) or reboot; RMA if it recurs",
+    "REBOOT": "drain the host and reboot it; check PCIe seating, power and thermals; RMA if it recurs",
+}
+XID_SEVERITY = ("IGNORE", "RESTART_APP", "WATCH", "RESET_GPU", "REBOOT")
+# NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: ...     (no name= on older drivers)
+# NVRM: Xid (0000:03:00): 13, ...                                  (old drivers, no PCI: prefix)
+XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?\):\s*(\d+)"
+                 r"(?:,\s*(.*))?$")
+
+
+def in_scope(scope):
+    """[(name in that scope, entry)] in the scope's order."""
+    return [(entry["scopes"][scope], entry) for entry in ENTRIES if scope in entry["scopes"]]
+
+
+def matches(entry, line, lower=None):
+    """The regex match of an entry on one line (its literal gate first, for speed), or None."""
+    gate = entry["gate"]
+    if gate and not any(g in (lower if lower is not None else line.lower()) for g in gate):
+        return None
+    return entry["regex"].search(line)
