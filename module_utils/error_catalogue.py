@@ -27,9 +27,11 @@ REPAIR_CDI = "site.yml --tags cdi (or playbooks/drift.yml: regenerates a stale s
 REPAIR_VLLM = "site.yml --tags vllm (the memory plan runs before any container starts)"
 
 
-def _e(kind, layer, pattern, meaning, fix, repair, scopes=None, gate=None, flags=re.I):
+def _e(kind, layer, pattern, meaning, fix, repair, scopes=None, gate=None, flags=re.I, failed_start_only=False):
+    """failed_start_only: the line is news only when the start did not complete (vLLM prints it, at
+    INFO, while a long compile runs too)."""
     return {"kind": kind, "layer": layer, "regex": re.compile(pattern, flags), "meaning": meaning, "fix": fix,
-            "repair": repair, "scopes": scopes or {}, "gate": gate}
+            "repair": repair, "scopes": scopes or {}, "gate": gate, "failed_start_only": failed_start_only}
 
 
 ENTRIES = (
@@ -107,6 +109,14 @@ ENTRIES = (
        "the fabric manager service failed to start", "read `journalctl -u nvidia-fabricmanager -b` and "
        "/var/log/fabricmanager.log; its version must equal the driver's", "playbooks/diagnose.yml",
        gate=("fabricmanager",)),
+    # apt: the version the pin names is not in the archive (corpus host/010: from R580 NVIDIA's
+    # repository ships an unversioned nvidia-fabricmanager; nvidia-fabricmanager-580 is virtual).
+    _e("package_version_not_found", "driver", r"^E: Version '[^']+' for '[^']+' was not found",
+       "apt has no such version of the package in the configured archives (a pin or version lock names a "
+       "version the repository does not carry, or a virtual package name)",
+       "`apt-cache policy <package>` lists the versions there are; from R580 NVIDIA's repository names the "
+       "fabric manager nvidia-fabricmanager (pin its full version, not nvidia-fabricmanager-<branch>)",
+       REPAIR_DRIVER, gate=("was not found",), flags=0),
     # --- docker / toolkit / runtime configuration (stack_check's container errors) ---------------
     _e("image_absent", "image",
        r"unable to find image|no such image|pull access denied|manifest unknown|repository does not exist|"
@@ -235,7 +245,7 @@ ENTRIES = (
     _e("worker_hang", "vllm_config", r"No available shared memory broadcast block found",
        "a vLLM worker stopped answering (often a tensor-parallel rank stuck in NCCL or a kernel)",
        "read the workers' last lines; check NCCL (NCCL_DEBUG=INFO), /dev/shm and the kernel log for Xids",
-       REPAIR_VLLM, gate=("broadcast block",)),
+       REPAIR_VLLM, gate=("broadcast block",), failed_start_only=True),
     _e("nccl_error", "other", r"NCCL (?:WARN|error)[^\n]*|ncclSystemError|ncclUnhandledCudaError|unhandled system error",
        "NCCL, the GPUs' collective library, failed", "run with NCCL_DEBUG=INFO; check /dev/shm, the GPUs' "
        "P2P and the kernel log", "playbooks/diagnose.yml", gate=("nccl",)),

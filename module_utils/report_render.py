@@ -11,6 +11,11 @@ script, style sheet, image or font from anywhere (inline CSS only, CSP `default-
 import html
 import re
 
+try:
+    from ansible.module_utils.explain import ExplainError, explain
+except ImportError:  # plain import in unit tests and the CLI
+    from explain import ExplainError, explain
+
 LAYERS = ("driver", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "health")
 LAYER_HEADINGS = {
     "driver": "driver", "persistence": "persistence", "docker": "docker", "toolkit": "toolkit",
@@ -51,6 +56,27 @@ def host_row(host, result):
     return {"host": _text(host), "reachable": True, "statuses": statuses, "summaries": summaries,
             "failed_layer": result.get("failed_layer"), "message": _one_line(result.get("message")),
             "remedy": _one_line(result.get("remedy")), "ok": bool(result.get("ok"))}
+
+
+def check_findings(check):
+    """What the error text of a failed (or warned) check says, as `gpuhost explain` reads it."""
+    if not isinstance(check, dict) or check.get("status") not in ("fail", "warn"):
+        return []
+    ev = check.get("evidence") if isinstance(check.get("evidence"), dict) else {}
+    lines = ev.get("lines") if isinstance(ev.get("lines"), list) else []
+    try:
+        return explain("\n".join(_text(l) for l in lines))["findings"]
+    except ExplainError:
+        return []
+
+
+def host_findings(result):
+    """[(check name, finding)] of a host's failed and warned checks."""
+    checks = result.get("checks") if isinstance(result, dict) else None
+    out = []
+    for check in checks if isinstance(checks, list) else []:
+        out.extend((_text(check.get("name")), f) for f in check_findings(check))
+    return out
 
 
 def rows(results):
@@ -129,6 +155,12 @@ def render_markdown(results, title="GPU stack diagnosis", generated=None):
         lines += ["", "## Failures", ""]
         for row in failing:
             lines.append("- **%s**: %s" % (md_cell(row["host"], table=False), md_cell(row["message"], 600, table=False)))
+            result = (results or {}).get(row["host"])
+            for name, f in host_findings(result):
+                lines.append("  - %s, explained: [%s] %s (line %s: %s) - %s Fix: %s" % (
+                    md_cell(name, table=False), md_cell(f["layer"], table=False), md_cell(f["kind"], table=False),
+                    f["line"], md_cell("`%s`" % f["quote"].replace("`", "'"), 300, table=False),
+                    md_cell(f["meaning"], 400, table=False), md_cell(f["fix"], 400, table=False)))
     return "\n".join(lines) + "\n"
 
 
@@ -187,7 +219,7 @@ def _checks_table(result):
     if not isinstance(checks, list) or not checks:
         return "<p>No checks.</p>"
     out = ["<table><tr><th>check</th><th>layer</th><th>status</th><th>summary</th><th>remedy</th>"
-           "<th>evidence</th></tr>"]
+           "<th>evidence</th><th>explained</th></tr>"]
     for check in checks:
         if not isinstance(check, dict):
             continue
@@ -196,10 +228,14 @@ def _checks_table(result):
         evidence_text = "$ %s%s\n%s" % (_text(ev.get("command")),
                                         "  (exit %s)" % ev.get("rc") if ev.get("rc") not in (None, 0) else "",
                                         "\n".join(_text(l) for l in lines))
-        out.append("<tr><td>%s</td><td>%s</td>%s<td>%s</td><td>%s</td><td><pre>%s</pre></td></tr>" % (
+        explained = "".join(
+            "<p><b>[%s] %s</b> (line %s): %s <i>Fix:</i> %s</p>" % (
+                esc(f["layer"]), esc(f["kind"]), esc(f["line"]), esc(f["meaning"]), _code_spans(f["fix"]))
+            for f in check_findings(check))
+        out.append("<tr><td>%s</td><td>%s</td>%s<td>%s</td><td>%s</td><td><pre>%s</pre></td><td>%s</td></tr>" % (
             esc(check.get("name")), esc(check.get("layer")),
             _status_cell(check.get("status"), check.get("summary")), esc(check.get("summary")),
-            _code_spans(check.get("remedy")), esc(evidence_text.strip())))
+            _code_spans(check.get("remedy")), esc(evidence_text.strip()), explained))
     out.append("</table>")
     return "".join(out)
 

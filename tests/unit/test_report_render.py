@@ -169,3 +169,22 @@ def test_gpuhost_report_documents_its_options():
     doc = yaml.safe_load(mod.DOCUMENTATION)
     assert set(doc["options"]) == {"results", "dest", "title", "generated"}
     assert set(yaml.safe_load(mod.RETURN)) == {"markdown", "files", "summary", "host_files"}
+
+
+def test_failed_checks_are_explained_in_both_reports():
+    """A failed check whose evidence holds a real error text (corpus errors/008) carries what
+    `gpuhost explain` says of it, in the Markdown and (escaped) in the HTML."""
+    from conftest import FIXTURES
+    with open(os.path.join(FIXTURES, "errors", "008_compose-unsatisfied-condition-cuda-12.8_host-550.144.03.txt")) as h:
+        text = h.read()
+    results = {"gpu-x": diagnosis("container", evidence_line=text.splitlines()[3])}
+    markdown = rr.render_markdown(results)
+    assert "- container_check, explained: [image] cuda_driver_too_old (line 1: " in markdown
+    # The quote is a code span, its '>' escaped as everywhere in the report.
+    assert "`nvidia-container-cli: requirement error: unsatisfied condition: cuda&gt;=12.8" in markdown
+    assert "Fix: upgrade the driver branch" in markdown
+    page = rr.render_html(results)
+    assert "<b>[image] cuda_driver_too_old</b>" in page and "cuda&gt;=12.8" in page and "cuda>=12.8" not in page
+    # A passing check is not explained, whatever its evidence says.
+    calm = {"gpu-y": diagnosis(None, evidence_line=text.splitlines()[3])}
+    assert "explained" not in rr.render_markdown(calm)

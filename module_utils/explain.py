@@ -1,0 +1,155 @@
+# -*- coding: utf-8 -*-
+"""Explain any error text from a GPU host: which layer broke, what the decisive line means, the fix.
+
+Pure stdlib, Python >= 3.9 (shipped to hosts as module_utils).
+
+One reader of the one error table (module_utils/error_catalogue.py): every line is cleaned of
+terminal colours, CR, container and engine prefixes and log headers (vllm_log.clean_line), then
+matched against the table's entries; kernel-log Xid lines are read with the table's Xid catalogue;
+a vLLM startup log is also read whole by the startup report (module_utils/vllm_log.py), which knows
+failures no single line names (a negative KV share, a hard-wrapped error, blocks below one request).
+Findings are ranked by layer, bottom up (a broken driver explains a failed container, not the
+other way round), and each names its decisive line.
+"""
+try:
+    from ansible.module_utils import error_catalogue as catalogue
+    from ansible.module_utils.vllm_log import RE as VLLM_RE, clean_line, parse as parse_vllm_log
+except ImportError:  # plain import in unit tests and the CLI
+    import error_catalogue as catalogue
+    from vllm_log import RE as VLLM_RE, clean_line, parse as parse_vllm_log
+
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+MAX_QUOTE = 300
+NO_FINDING = "no known GPU-stack error in this text"
+# vLLM's own INFO/DEBUG/WARNING lines mention errors in advice ("... out of memory ... consider"):
+# the vLLM-start entries only read lines of other levels, as the startup report does.
+_QUIET_LEVELS = ("INFO", "DEBUG", "WARNING", "WARN")
+
+
+class ExplainError(ValueError):
+    """Input that is not text to explain; the message is one line for an operator."""
+
+
+def decode(data):
+    """Text of `data` (str or bytes); binary input is refused."""
+    if isinstance(data, str):
+        text = data
+    else:
+        if len(data) > MAX_INPUT_BYTES:
+            raise ExplainError("input is %d bytes, more than the %d read: pass the log's last part (tail)"
+                               % (len(data), MAX_INPUT_BYTES))
+        head = data[:65536]
+        controls = sum(1 for b in head if b < 9 or 13 < b < 27 or 27 < b < 32)
+        if b"\0" in head or (head and controls > len(head) // 10):
+            raise ExplainError("input is binary, not text: pass a log, a terminal paste or an error message")
+        text = data.decode("utf-8", "replace")
+    if len(text) > MAX_INPUT_BYTES:
+        raise ExplainError("input is more than %d characters: pass the log's last part (tail)" % MAX_INPUT_BYTES)
+    return text
+
+
+def _finding(entry, number, quote, kind=None):
+    return {
+        "layer": entry["layer"], "kind": kind or entry["kind"], "line": number,
+        "quote": quote.strip()[:MAX_QUOTE], "meaning": entry["meaning"], "fix": entry["fix"],
+        "gpuhost": entry["repair"], "count": 1,
+    }
+
+
+def _xid_finding(match, number, quote):
+    pci, code = match.group(1), int(match.group(2))
+    description, cause, bucket = catalogue.XID_CATALOGUE.get(
+        code, ("Xid %d (not in gpuhost's table: see NVIDIA's Xid catalogue)" % code, "unknown", "WATCH"))
+    return {
+        "layer": "hardware", "kind": "xid_%d" % code, "line": number, "quote": quote.strip()[:MAX_QUOTE],
+        "meaning": "Xid %d on the GPU at PCI %s: %s (usually %s)" % (code, pci, description, cause),
+        "fix": catalogue.XID_ACTIONS[bucket], "gpuhost": "playbooks/diagnose.yml (hardware layer)", "count": 1,
+        "pci": pci,
+    }
+
+
+def _by_kind():
+    out = {}
+    for entry in catalogue.ENTRIES:
+        out.setdefault(entry["kind"], entry)
+    return out
+
+
+_ENTRY_OF_KIND = _by_kind()
+_VLLM_KINDS = {name: entry for name, entry in catalogue.in_scope("vllm")}
+
+
+def explain(data):
+    """{findings: [...], lines: N, summary: str} for any text; raises ExplainError on non-text."""
+    text = decode(data)
+    found = {}
+    order = []
+    lines = text.split("\n")
+
+    def add(finding):
+        key = (finding["kind"], finding.get("pci"))
+        if key in found:
+            first = found[key]
+            first["count"] += 1
+            # The exception line says it better than the source line a traceback quotes before it.
+            if not VLLM_RE["exception"].search(first["quote"]) and VLLM_RE["exception"].search(finding["quote"]):
+                first["quote"], first["line"] = finding["quote"], finding["line"]
+            return
+        found[key] = finding
+        order.append(key)
+
+    for number, physical in enumerate(lines, 1):
+        for segment in physical.split("\r"):
+            if not segment.strip():
+                continue
+            level, message, _, _ = clean_line(segment)
+            if not message:
+                continue
+            lower = message.lower()
+            xid = catalogue.XID.search(message)
+            if xid:
+                add(_xid_finding(xid, number, message))
+                continue
+            for entry in catalogue.ENTRIES:
+                if "vllm" in entry["scopes"] and level in _QUIET_LEVELS:
+                    continue
+                if catalogue.matches(entry, message, lower):
+                    finding = _finding(entry, number, message)
+                    finding["failed_start_only"] = entry["failed_start_only"]
+                    add(finding)
+                    break
+    # What only the whole start shows (a negative KV share, a hard-wrapped error line).
+    report = parse_vllm_log(text)
+    failure = report.get("failure") or {}
+    entry = _VLLM_KINDS.get(failure.get("kind"))
+    if entry is not None and (entry["kind"], None) not in found:
+        add(_finding(entry, failure.get("line"), failure.get("message") or ""))
+    started = report.get("started")
+    rank = {layer: i for i, layer in enumerate(catalogue.LAYERS)}
+    findings = [found[key] for key in order if not (started and found[key].pop("failed_start_only", False))]
+    for finding in findings:
+        finding.pop("failed_start_only", None)
+    findings.sort(key=lambda f: (rank[f["layer"]], f["line"] or 0))
+    return {"findings": findings, "lines": len(lines), "summary": summary(findings)}
+
+
+def summary(findings):
+    if not findings:
+        return NO_FINDING
+    top = findings[0]
+    return "%s layer: %s (line %s)" % (top["layer"], top["kind"], top["line"])
+
+
+def render_text(result):
+    if not result["findings"]:
+        return NO_FINDING + " (%d lines read)\n" % result["lines"]
+    out = []
+    for i, f in enumerate(result["findings"], 1):
+        times = " (%d times)" % f["count"] if f["count"] > 1 else ""
+        out.append("%d. [%s] %s - line %s%s" % (i, f["layer"], f["kind"], f["line"], times))
+        out.append("   %s" % f["quote"])
+        out.append("   means:   %s" % f["meaning"])
+        out.append("   fix:     %s" % f["fix"])
+        if f["gpuhost"] and f["gpuhost"] != "-":
+            out.append("   gpuhost: %s" % f["gpuhost"])
+    return "\n".join(out) + "\n"
