@@ -80,7 +80,7 @@ backup_file:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.daemon_json import DaemonJsonError, changed_keys, merge, parse, render
+from ansible.module_utils.daemon_json import BOM, DaemonJsonError, changed_keys, engine_accepts_bom, merge, parse, render
 from ansible.module_utils.atomic_file import read_text, stage_copy, write_atomic
 
 
@@ -110,8 +110,15 @@ def main():
     )
     path = module.params["path"]
     before_text = read_text(path)
+    accepts_bom = True
+    if before_text and before_text.startswith(BOM):
+        # Read it as the installed engine does: docker >= 23 skips a BOM, older ones refuse the file.
+        dockerd = module.params["dockerd_path"] or module.get_bin_path("dockerd")
+        if dockerd:
+            _rc, out, err = module.run_command([dockerd, "--version"])
+            accepts_bom = engine_accepts_bom(out + err) is not False
     try:
-        before = parse(before_text, path)
+        before = parse(before_text, path, accepts_bom=accepts_bom)
     except DaemonJsonError as exc:
         module.fail_json(msg="docker: %s. Fix or remove the file by hand; it was left untouched." % exc)
 

@@ -42,8 +42,8 @@ options:
       - Default is every layer but C(health).
     type: list
     elements: str
-    choices: [driver, persistence, docker, toolkit, runtime_config, cdi, container, health]
-    default: [driver, persistence, docker, toolkit, runtime_config, cdi, container]
+    choices: [hardware, driver, persistence, docker, toolkit, runtime_config, cdi, container, health]
+    default: [hardware, driver, persistence, docker, toolkit, runtime_config, cdi, container]
   fail_on_required:
     description: Fail the task (with the whole diagnosis in the result) when a required layer fails.
     type: bool
@@ -159,7 +159,7 @@ checks:
   description:
     - Every check in order, each with C(name), C(layer), C(status), C(required), C(summary), C(remedy),
       C(evidence) (C(command), C(rc), C(lines)) and C(data).
-    - "Names: pci, kernel_module, device_nodes, nvml, persistence, docker, toolkit, runtime, cdi_spec,
+    - "Names: hardware, pci, kernel_module, device_nodes, nvml, persistence, docker, toolkit, runtime, cdi_spec,
       cdi_list, container_gpus, container_cdi, zombies, throttle, xid."
   returned: always
   type: list
@@ -189,6 +189,14 @@ gpu_state:
   type: str
 gpus:
   description: C(index), C(name), C(uuid) of each GPU.
+  returned: always
+  type: list
+  elements: dict
+hardware:
+  description:
+    - Each GPU on the bus - C(index) (PCI order where nvidia-smi cannot tell), C(bus_id), C(uuid) (null
+      when nvidia-smi cannot see it), C(name), C(xids), C(mig_mode) and C(state) (C(healthy), C(lost),
+      C(faulty) - a hardware Xid -, C(mig)).
   returned: always
   type: list
   elements: dict

@@ -13,20 +13,64 @@ class DaemonJsonError(ValueError):
     """daemon.json exists but is not a JSON object; it must be reported, never overwritten."""
 
 
-def parse(text, path="/etc/docker/daemon.json"):
+BOM = u"\ufeff"
+# Docker reads daemon.json with a UTF-8 byte order mark from 23.0 (moby/moby#44770, backported to
+# 23.0 in #44777); before that Go's decoder stops at it ("invalid character 'ï' looking for
+# beginning of value").
+BOM_ACCEPTED_FROM = 23
+
+
+def parse(text, path="/etc/docker/daemon.json", accepts_bom=True):
     """Return the config dict of a daemon.json text. Empty or whitespace-only means no settings.
 
-    A file that is not a JSON object raises DaemonJsonError naming the file and the parse error.
+    A file that is not a JSON object raises DaemonJsonError naming the file, where the error is
+    as a person counts it (line and column; a trailing comma is named at the comma, not at the
+    brace after it) and the line itself.  A leading byte order mark is read past when the engine
+    does (accepts_bom: docker >= 23), else refused as the engine refuses it.
     """
-    if text is None or not text.strip():
+    if text is None:
+        return {}
+    if text.startswith(BOM):
+        if not accepts_bom:
+            raise DaemonJsonError("%s starts with a UTF-8 byte order mark, which this docker (before 23.0) "
+                                  "cannot read: save it as UTF-8 without a BOM" % path)
+        text = text[len(BOM):]
+    if not text.strip():
         return {}
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise DaemonJsonError("%s is not valid JSON: %s" % (path, exc))
+        raise DaemonJsonError("%s is not valid JSON: %s" % (path, locate_error(text, exc)))
     if not isinstance(data, dict):
         raise DaemonJsonError("%s must hold a JSON object, found %s" % (path, type(data).__name__))
     return data
+
+
+def engine_accepts_bom(version_text):
+    """Whether the docker of `dockerd --version` / `docker info` ServerVersion reads a BOM; None: unknown."""
+    import re
+    match = re.search(r"(?:version\s+)?(\d+)\.\d+", version_text or "")
+    return None if not match else int(match.group(1)) >= BOM_ACCEPTED_FROM
+
+
+def _line_col(text, pos):
+    line = text.count("\n", 0, pos) + 1
+    return line, pos - (text.rfind("\n", 0, pos) + 1) + 1
+
+
+def locate_error(text, exc):
+    """The parse error where a person would look for it: 'line 3, column 27: ...: <that line>'."""
+    pos = getattr(exc, "pos", None)
+    message = getattr(exc, "msg", None) or str(exc)
+    if pos is None:
+        return str(exc)
+    before = text[:pos].rstrip()
+    if before.endswith(",") and (message.startswith("Expecting property name") or message.startswith("Expecting value")
+                                 or message.startswith("Illegal trailing comma")):
+        pos, message = len(before) - 1, "a trailing comma (JSON allows none before } or ])"
+    line, column = _line_col(text, pos)
+    shown = text.split("\n")[line - 1].strip() if text else ""
+    return "line %d, column %d: %s: %s" % (line, column, message, shown[:120])
 
 
 def merge(current, options):

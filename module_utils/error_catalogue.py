@@ -118,6 +118,13 @@ ENTRIES = (
        "fabric manager nvidia-fabricmanager (pin its full version, not nvidia-fabricmanager-<branch>)",
        REPAIR_DRIVER, gate=("was not found",), flags=0),
     # --- docker / toolkit / runtime configuration (stack_check's container errors) ---------------
+    # dockerd's own refusal of its config (moby: "unable to configure the Docker daemon with file %s").
+    _e("docker_config_refused", "docker", r"unable to configure the Docker daemon with file \S+",
+       "dockerd refuses its configuration file, so the daemon does not start (a JSON error, an unknown key, or "
+       "an option given both as a flag and in the file)",
+       "fix the file at the place the message names (`dockerd --validate --config-file /etc/docker/daemon.json` "
+       "checks it), then `systemctl restart docker`", "site.yml --tags docker (merges, never overwrites)",
+       gate=("unable to configure",)),
     _e("image_absent", "image",
        r"unable to find image|no such image|pull access denied|manifest unknown|repository does not exist|"
        r"failed to resolve reference",

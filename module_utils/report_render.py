@@ -16,8 +16,9 @@ try:
 except ImportError:  # plain import in unit tests and the CLI
     from explain import ExplainError, explain
 
-LAYERS = ("driver", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "health")
+LAYERS = ("hardware", "driver", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "health")
 LAYER_HEADINGS = {
+    "hardware": "hardware",
     "driver": "driver", "persistence": "persistence", "docker": "docker", "toolkit": "toolkit",
     "runtime_config": "runtime config", "cdi": "CDI", "container": "container", "health": "health",
 }

@@ -33,17 +33,18 @@ try:
     from ansible.module_utils.nvsmi_parse import ParseError, classify_error, clean_text, parse_list
     from ansible.module_utils.cdi_spec import (
         CDI_DIRS, CdiSpecError, parse_cdi_list, read_spec, shadowing, staleness)
-    from ansible.module_utils.daemon_json import DaemonJsonError, parse as parse_daemon_json
+    from ansible.module_utils.daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
 except ImportError:  # unit tests put module_utils/ on sys.path
     import error_catalogue as catalogue
     from gpu_facts import build_facts, capture as capture_gpu
     from host_parse import HostParseError, parse_proc_version
     from nvsmi_parse import ParseError, classify_error, clean_text, parse_list
     from cdi_spec import CDI_DIRS, CdiSpecError, parse_cdi_list, read_spec, shadowing, staleness
-    from daemon_json import DaemonJsonError, parse as parse_daemon_json
+    from daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
 
-LAYERS = ("driver", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "health")
+LAYERS = ("hardware", "driver", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "health")
 LAYER_TITLES = {
+    "hardware": "hardware (each GPU on the bus)",
     "driver": "driver", "persistence": "persistence mode", "docker": "docker engine",
     "toolkit": "toolkit packages", "runtime_config": "toolkit configuration", "cdi": "CDI spec",
     "container": "image/container", "health": "GPU health",
@@ -166,6 +167,78 @@ def check_pci(facts, lspci_capture=None):
     return result("pci", "driver", "fail", "no NVIDIA GPU on the PCI bus",
                   remedy="check the hardware: a VM needs the GPU passed through; `lspci -nn -d 10de:` "
                          "must list it before any driver can work", ev=ev, data=data)
+
+
+# Xids that mean the GPU itself is gone or broken (NVIDIA's catalogue: reset or reboot, RMA if it recurs);
+# the others (application faults, corrected ECC) stay with the health layer's Xid check.
+HARDWARE_XIDS = (48, 61, 62, 64, 74, 79, 95, 119, 120)
+# "... for GPU0000:CB:00.0: Unknown Error" (older), "... for GPU1: 0000:34:00.0: Unknown Error" (610).
+_LOST = re.compile(r"Unable to determine the device handle for GPU\s*(?:\d+:\s*)?"
+                   r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?:\s*([^\n]*?)\.?\s*(?:\n|$)", re.I)
+
+
+def _bus(address):
+    """'00000000:2B:00.0', '0000:2b:00', '2b:00.0' -> '2b:00' (bus:device) for matching."""
+    parts = (address or "").lower().split(":")
+    return ":".join(p.split(".")[0] for p in parts[-2:]) if len(parts) >= 2 else (address or "").lower()
+
+
+def check_hardware(facts, xid_events=(), smi_text=""):
+    """Each GPU on the bus (index by PCI order, UUID where nvidia-smi still sees it, bus id): lost
+    (Xid 79, 'GPU is lost'), broken (a hardware Xid: reset or reboot) or healthy, and MIG mode."""
+    pci = sorted(facts.get("pci_devices") or [], key=lambda d: _bus(d.get("pci_address")))
+    smi = dict((_bus(g.get("pci_bus_id")), g) for g in facts.get("gpus") or [] if g.get("pci_bus_id"))
+    lost = dict((_bus(m.group(1)), m.group(2)) for m in _LOST.finditer(smi_text or ""))
+    xids = {}
+    for event in xid_events or []:
+        xids.setdefault(_bus(event["pci"]), []).append(event["code"])
+    buses = [_bus(d.get("pci_address")) for d in pci] or sorted(smi)
+    addresses = dict((_bus(d.get("pci_address")), d.get("pci_address")) for d in pci)
+    for bus in sorted(set(lost) | set(xids)):
+        if bus not in buses:
+            buses.append(bus)
+    gpus, bad, warned = [], [], []
+    for index, bus in enumerate(buses):
+        fact = smi.get(bus) or {}
+        codes = sorted(set(xids.get(bus, [])))
+        hard = [c for c in codes if c in HARDWARE_XIDS]
+        entry = {"index": fact.get("index", index), "bus_id": fact.get("pci_bus_id") or addresses.get(bus) or bus,
+                 "uuid": fact.get("uuid"), "name": fact.get("name"), "xids": codes, "mig_mode": fact.get("mig_mode")}
+        label = "GPU %s (%s%s)" % (entry["index"], entry["bus_id"], ", %s" % entry["uuid"] if entry["uuid"] else "")
+        if bus in lost or 79 in codes:
+            entry["state"] = "lost"
+            bad.append("%s fell off the bus (%s)" % (label, "Xid 79" if 79 in codes else lost[bus] or "GPU is lost"))
+        elif hard:
+            entry["state"] = "faulty"
+            bad.append("%s: %s" % (label, "; ".join("Xid %d %s" % (c, XID_CATALOGUE[c][0]) for c in hard)))
+        elif fact.get("mig_mode") is True:
+            entry["state"] = "mig"
+            warned.append("%s has MIG mode on: a container given the whole GPU gets no usable device; give "
+                          "instances MIG devices (nvidia.com/gpu=%s:<n>) or turn MIG off (`nvidia-smi -i %s -mig 0`)"
+                          % (label, entry["index"], entry["index"]))
+        else:
+            entry["state"] = "healthy"
+        gpus.append(entry)
+    healthy = ["GPU %s" % g["index"] for g in gpus if g["state"] in ("healthy", "mig")]
+    data = {"gpus": gpus}
+    lines = [m.group(0).strip() for m in _LOST.finditer(smi_text or "")] + \
+        ["%s %s: %s%s" % (g["index"], g["bus_id"], g["state"], " (Xid %s)" % ", ".join(map(str, g["xids"]))
+                          if g["xids"] else "") for g in gpus]
+    ev = evidence("lspci; nvidia-smi; kernel log Xids", lines)
+    tail = "; healthy: %s" % ", ".join(healthy) if healthy else ""
+    if bad:
+        worst = "REBOOT" if any(g["state"] == "lost" for g in gpus) else "RESET_GPU"
+        return result("hardware", "hardware", "fail", "; ".join(bad) + tail,
+                      remedy="%s: %s" % (", ".join("GPU %s" % g["index"] for g in gpus
+                                                   if g["state"] in ("lost", "faulty")), XID_ACTIONS[worst]),
+                      ev=ev, data=data)
+    if not gpus:
+        return result("hardware", "hardware", "skipped", "no NVIDIA GPU seen (driver layer)", ev=ev, data=data)
+    if warned:
+        return result("hardware", "hardware", "warn", "; ".join(warned), remedy=warned[0].split(": ", 1)[-1],
+                      ev=ev, data=data)
+    return result("hardware", "hardware", "ok", "%d GPU(s) healthy: no lost GPU and no hardware Xid since boot (%s)"
+                  % (len(gpus), ", ".join("GPU %s %s" % (g["index"], g["bus_id"]) for g in gpus)), ev=ev, data=data)
 
 
 def check_kernel_module(proc_version_text, facts, path=DEFAULT_PROC_VERSION):
@@ -324,13 +397,15 @@ def check_nvml(facts, captures):
     return result("nvml", "driver", "fail", message or "nvidia-smi failed", remedy=remedy, ev=ev, data=data)
 
 
-def check_persistence(facts, captures, persistenced_active=None):
+def check_persistence(facts, captures, persistenced_active=None, persistenced_enabled=None):
     """Persistence mode on every GPU (without it the driver unloads when the GPU is idle)."""
     attempts = captures.get("smi") or []
     xml = attempts[0]["stdout"] if attempts and attempts[0]["rc"] == 0 else ""
     lines = _grep(xml, r"<persistence_mode>")
     if persistenced_active is not None:
         lines.append("systemctl is-active nvidia-persistenced: %s" % persistenced_active)
+    if persistenced_enabled is not None:
+        lines.append("systemctl is-enabled nvidia-persistenced: %s" % persistenced_enabled)
     ev = evidence(attempts[0]["argv"] if attempts else "nvidia-smi -q -x", lines,
                   attempts[0]["rc"] if attempts else None)
     gpus = facts.get("gpus") or []
@@ -338,7 +413,17 @@ def check_persistence(facts, captures, persistenced_active=None):
         return result("persistence", "persistence", "skipped", "nvidia-smi does not work (driver layer)", ev=ev)
     off = [g for g in gpus if g.get("persistence_mode") is False]
     unknown = [g for g in gpus if g.get("persistence_mode") is None]
-    data = {"off": [g.get("index") for g in off], "daemon": persistenced_active}
+    data = {"off": [g.get("index") for g in off], "daemon": persistenced_active, "unit": persistenced_enabled}
+    masked = persistenced_enabled in ("masked", "masked-runtime")
+    unmask = ("the unit is masked, so it cannot be started: `systemctl unmask nvidia-persistenced && systemctl "
+              "enable --now nvidia-persistenced` (site.yml -e nvidia_persistence_unmask=true does it; gpuhost "
+              "never masks it, so ask who did)")
+    if off and masked:
+        return result("persistence", "persistence", "fail", "persistence mode is off on GPU %s: nvidia-persistenced "
+                      "is masked" % ", ".join(str(g.get("index")) for g in off), remedy=unmask, ev=ev, data=data)
+    if masked:
+        return result("persistence", "persistence", "warn", "persistence mode is on now, but nvidia-persistenced is "
+                      "masked: the next reboot or driver reload turns it off", remedy=unmask, ev=ev, data=data)
     if off:
         return result("persistence", "persistence", "fail", "persistence mode is off on GPU %s%s"
                       % (", ".join(str(g.get("index")) for g in off),
@@ -400,26 +485,72 @@ def cdi_enabled(info, daemon_config):
     return bool(feature)
 
 
-def check_docker(cap, docker_path=None):
-    """The docker daemon answers (`docker info`)."""
+def _engine_config_verdict(daemon_json_text, validate_cap, dockerd_version, docker_config):
+    """Why dockerd refuses its config, or None: `dockerd --validate` where the engine has it (23+),
+    with where the error is as a person counts it; else this module's own reading of the file as
+    that engine reads it (a BOM before 23)."""
+    engine = None
+    if validate_cap is not None:
+        output = " ".join(_lines(_out(validate_cap)))
+        if validate_cap.get("rc") == 0:
+            return None
+        if "unknown flag" not in output and output:
+            engine = output
+    own = None
+    if daemon_json_text is not None:
+        try:
+            parse_daemon_json(daemon_json_text, docker_config,
+                              accepts_bom=engine_accepts_bom(dockerd_version) is not False)
+        except DaemonJsonError as exc:
+            own = str(exc)
+    if engine and own:
+        return "%s (%s)" % (engine, own.split(": ", 1)[-1])
+    return engine or own
+
+
+def check_docker(cap, docker_path=None, daemon_json_text=None, validate_cap=None, dockerd_version=None,
+                 runtime_bin_found=None, docker_config=DEFAULT_DOCKER_CONFIG):
+    """The docker daemon answers (`docker info`); when it does not, the engine's own verdict on its
+    config; when it does, a default runtime whose binary is gone (every container fails)."""
     if not docker_path:
         return result("docker", "docker", "fail", "docker is not installed",
                       remedy=REMEDY_INSTALL_DOCKER, ev=evidence("command -v docker", ["docker: not found"]))
     info, error = parse_docker_info(cap)
     if info is None:
         lines = _grep(_out(cap), r"cannot connect|is the docker daemon running|error|denied") or _lines(_out(cap))[:4]
+        refused = _engine_config_verdict(daemon_json_text, validate_cap, dockerd_version, docker_config)
+        if refused:
+            line = re.search(r"line (\d+)", refused)
+            where = " at line %s" % line.group(1) if line else ""
+            ev = evidence("%s; dockerd --validate --config-file %s" % (_cmd(cap), docker_config),
+                          lines + [refused], cap.get("rc"))
+            return result("docker", "docker", "fail", "the docker daemon cannot start: it refuses %s: %s"
+                          % (docker_config, refused),
+                          remedy="fix %s%s by hand (gpuhost never rewrites a file it cannot read), then "
+                                 "`systemctl restart docker`" % (docker_config, where), ev=ev,
+                          data={"config_error": refused})
         remedy = REMEDY_START_DOCKER
         if "permission denied" in (error or "").lower():
             remedy = "run the check as root (become: true) or as a member of the docker group"
         return result("docker", "docker", "fail", "the docker daemon is not running: %s" % error,
                       remedy=remedy, ev=evidence(_cmd(cap), lines, cap.get("rc")))
+    runtimes = info.get("Runtimes") or {}
+    default = info.get("DefaultRuntime")
+    ev = evidence(_cmd(cap), ["ServerVersion: %s" % info.get("ServerVersion"),
+                              "Runtimes: %s" % " ".join(sorted(runtimes)), "DefaultRuntime: %s" % default],
+                  cap.get("rc"))
+    data = {"version": info.get("ServerVersion"), "runtimes": sorted(runtimes), "default_runtime": default}
+    if default == "nvidia" and runtime_bin_found is False:
+        runtime = runtimes.get("nvidia") if isinstance(runtimes.get("nvidia"), dict) else {}
+        return result("docker", "docker", "fail",
+                      "docker's default runtime is nvidia, whose binary %s is gone: every container on this host "
+                      "fails to start, GPU or not" % (runtime.get("path") or "nvidia-container-runtime"),
+                      remedy="reinstall the NVIDIA Container Toolkit (site.yml --tags toolkit), or take "
+                             "default-runtime out of %s and `systemctl restart docker`" % docker_config,
+                      ev=ev, data=data)
     return result("docker", "docker", "ok", "docker %s running (%s)" % (info.get("ServerVersion"),
                                                                         info.get("Driver") or "no storage driver"),
-                  ev=evidence(_cmd(cap), ["ServerVersion: %s" % info.get("ServerVersion"),
-                                          "Runtimes: %s" % " ".join(sorted(info.get("Runtimes") or {})),
-                                          "DefaultRuntime: %s" % info.get("DefaultRuntime")], cap.get("rc")),
-                  data={"version": info.get("ServerVersion"), "runtimes": sorted(info.get("Runtimes") or {}),
-                        "default_runtime": info.get("DefaultRuntime")})
+                  ev=ev, data=data)
 
 
 def parse_dpkg_query(stdout):
@@ -486,7 +617,8 @@ def check_runtime(docker_cap, daemon_json_text, runtime_bin_found=None,
     info, error = parse_docker_info(docker_cap)
     config, config_error = {}, None
     try:
-        config = parse_daemon_json(daemon_json_text, docker_config)
+        config = parse_daemon_json(daemon_json_text, docker_config,
+                                   accepts_bom=engine_accepts_bom((info or {}).get("ServerVersion")) is not False)
     except DaemonJsonError as exc:
         config_error = str(exc)
     configured = isinstance(config.get("runtimes"), dict) and "nvidia" in config["runtimes"]
@@ -811,7 +943,9 @@ def check_xid(cap, command="dmesg"):
                       remedy="run the check as root, or set kernel_log_command (e.g. `journalctl -k -b --no-pager`)",
                       ev=evidence(_cmd(cap), lines, cap.get("rc")))
     events = parse_xids(cap.get("stdout"))
-    ev = evidence(_cmd(cap), [e["line"] for e in events][-MAX_EVIDENCE_LINES:], cap.get("rc"))
+    fallback = ["%s failed (%s): read the journal instead" % (command, cap["fallback_from"])] \
+        if cap.get("fallback_from") else []
+    ev = evidence(_cmd(cap), fallback + [e["line"] for e in events][-MAX_EVIDENCE_LINES:], cap.get("rc"))
     by_code = {}
     for event in events:
         by_code.setdefault(event["code"], []).append(event)
@@ -907,7 +1041,9 @@ def evaluate(captures, options=None):
     image = opts["check_image"]
     kernel_check = guarded("kernel_module", "driver", check_kernel_module, gpu_caps.get("proc_version"), facts,
                            gpu_caps.get("proc_version_path") or DEFAULT_PROC_VERSION)
-    docker_check = guarded("docker", "docker", check_docker, captures.get("docker_info"), captures.get("docker_path"))
+    docker_check = guarded("docker", "docker", check_docker, captures.get("docker_info"), captures.get("docker_path"),
+                           captures.get("daemon_json"), captures.get("dockerd_validate"),
+                           captures.get("dockerd_version"), captures.get("runtime_bin_found"), opts["docker_config"])
     toolkit_check = guarded("toolkit", "toolkit", check_toolkit, captures.get("dpkg"), captures.get("ctk_version"),
                             captures.get("ctk_path"), captures.get("hook_path"), opts["toolkit_packages"])
     cdi_list_check = guarded("cdi_list", "cdi", check_cdi_list, captures.get("cdi_list"), captures.get("ctk_path"))
@@ -930,13 +1066,18 @@ def evaluate(captures, options=None):
                                or "not run", ev=evidence("docker run --rm --device nvidia.com/gpu=all %s nvidia-smi -L"
                                                          % image))
     xid_check = guarded("xid", "health", check_xid, captures.get("kernel_log"), opts["kernel_log_command_text"])
+    smi_attempts = gpu_caps.get("smi") or []
+    smi_text = "\n".join(_out(a) for a in smi_attempts)
+    xid_events = parse_xids((captures.get("kernel_log") or {}).get("stdout")) if captures.get("kernel_log") else []
     checks = [
+        guarded("hardware", "hardware", check_hardware, facts, xid_events, smi_text),
         guarded("pci", "driver", check_pci, facts, gpu_caps.get("lspci")),
         kernel_check,
         guarded("device_nodes", "driver", check_device_nodes, captures.get("nodes") or {}, facts,
                 captures.get("proc_devices"), module_loaded=bool(kernel_check["data"].get("version"))),
         guarded("nvml", "driver", check_nvml, facts, gpu_caps),
-        guarded("persistence", "persistence", check_persistence, facts, gpu_caps, captures.get("persistenced_active")),
+        guarded("persistence", "persistence", check_persistence, facts, gpu_caps, captures.get("persistenced_active"),
+                captures.get("persistenced_enabled")),
         docker_check,
         toolkit_check,
         guarded("runtime", "runtime_config", check_runtime, captures.get("docker_info"), captures.get("daemon_json"),
@@ -952,6 +1093,7 @@ def evaluate(captures, options=None):
     ]
     out = summarise(checks, opts["required_layers"])
     out.update({
+        "hardware": next((c["data"].get("gpus", []) for c in checks if c["name"] == "hardware"), []),
         "driver_version": facts.get("driver_version_kernel") or facts.get("driver_version_userspace"),
         "gpu_count": facts.get("gpu_count"), "gpu_state": facts.get("state"),
         "gpus": [{"index": g.get("index"), "name": g.get("name"), "uuid": g.get("uuid")}
@@ -1049,11 +1191,18 @@ def capture(io, options=None):
     if systemctl:
         rc, out, _err = io.run([systemctl, "is-active", "nvidia-persistenced"])
         caps["persistenced_active"] = (out or "").strip() or None
+        rc, out, _err = io.run([systemctl, "is-enabled", "nvidia-persistenced"])
+        caps["persistenced_enabled"] = (out or "").strip() or None
     docker = io.which("docker")
     caps["docker_path"] = docker
     if docker:
         caps["docker_info"] = _run(io, [docker, "info", "--format", "{{json .}}"])
     caps["daemon_json"] = io.read(opts["docker_config"])
+    dockerd = io.which("dockerd")
+    if docker and dockerd and parse_docker_info(caps.get("docker_info"))[0] is None:
+        # The daemon is down: ask the engine itself what it makes of its config (read-only, 23+).
+        caps["dockerd_validate"] = _run(io, [dockerd, "--validate", "--config-file", opts["docker_config"]])
+        caps["dockerd_version"] = " ".join(_lines(_out(_run(io, [dockerd, "--version"]))))
     dpkg_query = io.which("dpkg-query")
     if dpkg_query:
         caps["dpkg"] = _run(io, [dpkg_query, "-W", "-f", "${Package}\t${db:Status-Abbrev}\t${Version}\n"]
@@ -1097,4 +1246,12 @@ def capture(io, options=None):
         caps["kernel_log"] = _run(io, [exe] + argv[1:])
     else:
         caps["kernel_log"] = {"argv": argv, "rc": 127, "stdout": "", "stderr": "%s: not found" % argv[0]}
+    journalctl = io.which("journalctl")
+    if caps["kernel_log"]["rc"] != 0 and os.path.basename(argv[0]) == "dmesg" and journalctl:
+        # kernel.dmesg_restrict=1: "dmesg: read kernel buffer failed: Operation not permitted". The
+        # journal keeps the kernel's messages of this boot too.
+        journal = _run(io, [journalctl, "-k", "-b", "--no-pager", "-q"])
+        if journal["rc"] == 0:
+            journal["fallback_from"] = " ".join(_lines(_out(caps["kernel_log"]))[:1])
+            caps["kernel_log"] = journal
     return caps

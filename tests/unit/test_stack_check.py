@@ -612,7 +612,7 @@ def test_module_never_fails_a_broken_host(tmp_path):
     res = json.loads(proc.stdout)
     assert not res.get("failed"), res
     assert res["changed"] is False and res["failed_layer"] in ("driver", "docker")
-    assert [c["name"] for c in res["checks"]] == ["pci", "kernel_module", "device_nodes", "nvml", "persistence",
+    assert [c["name"] for c in res["checks"]] == ["hardware", "pci", "kernel_module", "device_nodes", "nvml", "persistence",
                                                   "docker", "toolkit", "runtime", "cdi_spec", "cdi_list",
                                                   "container_gpus", "container_cdi", "zombies", "throttle", "xid"]
     assert res["message"].startswith(sc.LAYER_TITLES[res["failed_layer"]] + ": ")
@@ -629,7 +629,7 @@ def test_fail_on_required_fails_with_the_diagnosis(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     res = json.loads(proc.stdout)
     assert res["failed"] is True and res["msg"].startswith(sc.LAYER_TITLES[res["failed_layer"]])
-    assert len(res["checks"]) == 15
+    assert len(res["checks"]) == 16
 
 
 def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
@@ -639,4 +639,4 @@ def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
     out = sc.evaluate(sc.capture(healthy_host(), {}), {})
     throttle = next(c for c in out["checks"] if c["name"] == "throttle")
     assert throttle["status"] == "warn" and "internal error" in throttle["summary"]
-    assert out["failed_layer"] is None and len(out["checks"]) == 15
+    assert out["failed_layer"] is None and len(out["checks"]) == 16
