@@ -22,7 +22,10 @@ options:
     type: dict
     required: true
   dest:
-    description: Directory of the reports; created when missing.
+    description:
+      - Directory of this run's reports, created by this module. One that exists already (an earlier run,
+        or another run started in the same second) is never written into; C(<dest>-2), C(<dest>-3)... is
+        created instead.
     type: path
     required: true
   title:
@@ -57,6 +60,10 @@ outcomes:
   description: Host to C(clean), C(repaired), C(drift) or C(unreachable).
   returned: always
   type: dict
+dest:
+  description: The directory the reports were written to (empty in check mode).
+  returned: always
+  type: str
 files:
   description: Files written.
   returned: always
@@ -68,7 +75,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.atomic_file import write_atomic
+from ansible.module_utils.atomic_file import new_run_dir, write_atomic
 from ansible.module_utils.drift_report import exit_ok, host_outcome, render_html, render_markdown
 from ansible.module_utils.report_render import safe_filename
 
@@ -88,11 +95,13 @@ def main():
     title, generated = module.params["title"], module.params["generated"]
     markdown = render_markdown(results, title, generated)
     outcomes = dict((h, host_outcome(r)["outcome"]) for h, r in results.items())
-    files = []
+    files, dest = [], ""
     if not module.check_mode:
-        dest = module.params["dest"]
-        if not os.path.isdir(dest):
-            os.makedirs(dest, 0o755)
+        try:
+            dest = new_run_dir(module.params["dest"])
+        except OSError as exc:
+            module.fail_json(msg="gpuhost_drift_report: cannot create a report directory at %s: %s. Fix: set "
+                                 "gpuhost_reports_dir to a writable directory" % (module.params["dest"], exc))
         taken = set(["summary"])
         for host in sorted(results):
             entry = dict(results[host], host=host, **host_outcome(results[host]))
@@ -105,7 +114,8 @@ def main():
             path = os.path.join(dest, name)
             write_atomic(module, path, text, backup=False)
             files.append(path)
-    module.exit_json(changed=bool(files), markdown=markdown, clean=exit_ok(results), outcomes=outcomes, files=files)
+    module.exit_json(changed=bool(files), markdown=markdown, clean=exit_ok(results), outcomes=outcomes, files=files,
+                     dest=dest)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,10 @@ options:
     type: dict
     required: true
   dest:
-    description: Directory of the reports; created when missing.
+    description:
+      - Directory of this run's reports, created by this module. One that exists already (an earlier run,
+        or another run started in the same second) is never written into; C(<dest>-2), C(<dest>-3)... is
+        created instead.
     type: path
     required: true
   title:
@@ -68,6 +71,10 @@ summary:
       C(statuses), C(message), C(remedy)).
   returned: always
   type: dict
+dest:
+  description: The directory the reports were written to (empty in check mode).
+  returned: always
+  type: str
 host_files:
   description: Host name to the file name of its JSON report.
   returned: always
@@ -80,8 +87,10 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 try:
+    from ansible.module_utils.atomic_file import new_run_dir, write_atomic
     from ansible.module_utils.report_render import fleet_summary, render_html, render_markdown, safe_filename
 except ImportError:  # unit tests put module_utils/ on sys.path
+    from atomic_file import new_run_dir, write_atomic
     from report_render import fleet_summary, render_html, render_markdown, safe_filename
 
 # Keys Ansible adds to a registered result that are not part of the diagnosis.
@@ -93,14 +102,6 @@ def clean(result):
     if not isinstance(result, dict):
         return {"unreachable": True, "msg": "no result"}
     return dict((k, v) for k, v in result.items() if k not in _ANSIBLE_KEYS and not k.startswith("_ansible"))
-
-
-def write(module, path, text):
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(tmp, 0o644)
-    module.atomic_move(tmp, path)
 
 
 def main():
@@ -121,21 +122,25 @@ def main():
     taken, host_files = set(["summary"]), {}
     for host in sorted(results):
         host_files[host] = safe_filename(host, taken) + ".json"
-    files = []
+    files, dest = [], ""
     if not module.check_mode:
-        dest = module.params["dest"]
-        if not os.path.isdir(dest):
-            os.makedirs(dest, 0o755)
+        try:
+            dest = new_run_dir(module.params["dest"])
+        except OSError as exc:
+            module.fail_json(msg="gpuhost_report: cannot create a report directory at %s: %s. Fix: set "
+                                 "gpuhost_reports_dir to a writable directory" % (module.params["dest"], exc))
         for host in sorted(results):
             path = os.path.join(dest, host_files[host])
-            write(module, path, json.dumps(dict(results[host], host=host), indent=2, sort_keys=True) + "\n")
+            write_atomic(module, path, json.dumps(dict(results[host], host=host), indent=2, sort_keys=True) + "\n",
+                         backup=False)
             files.append(path)
         for name, text in (("summary.md", markdown), ("summary.html", page),
                            ("summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")):
             path = os.path.join(dest, name)
-            write(module, path, text)
+            write_atomic(module, path, text, backup=False)
             files.append(path)
-    module.exit_json(changed=bool(files), markdown=markdown, files=files, summary=summary, host_files=host_files)
+    module.exit_json(changed=bool(files), markdown=markdown, files=files, summary=summary, host_files=host_files,
+                     dest=dest)
 
 
 if __name__ == "__main__":

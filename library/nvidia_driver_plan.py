@@ -86,6 +86,18 @@ options:
     description: Path whose owning package tells the installed driver version.
     type: path
     default: /usr/bin/nvidia-smi
+  record:
+    description:
+      - The host's recorded driver section (C(ansible_local.gpuhost.driver)); its C(held_by_gpuhost) tells
+        which holds gpuhost made. Any other hold on a driver package is the operator's.
+      - Records older than C(held_by_gpuhost) count their C(packages) as held by gpuhost.
+    type: dict
+  release_operator_holds:
+    description:
+      - Whether a driver change may release holds the operator made. When false, a plan that changes the
+        driver while the operator holds its packages fails, naming the packages, both versions and this option.
+    type: bool
+    default: false
 notes:
   - Supports check mode; it never changes the host.
   - Runs C(dpkg-query), C(apt-cache madison) and, for Ubuntu with O(branch=auto), C(ubuntu-drivers devices).
@@ -162,6 +174,11 @@ reboot:
   description: C(required), C(reason), C(installed), C(loaded) (kernel module version).
   returned: when gpu_facts is given
   type: dict
+holds:
+  description: The held driver packages by who held them, C(ours) (gpuhost) and C(operator).
+  returned: when query_host
+  type: dict
+  sample: {ours: [], operator: [nvidia-driver-570-server]}
 unattended_upgrades:
   description: Whether the unattended-upgrades package is installed.
   returned: when query_host
@@ -177,12 +194,12 @@ from ansible.module_utils.basic import AnsibleModule
 
 try:
     from ansible.module_utils.driver_choice import (
-        DriverChoiceError, gpu_summary, parse_dpkg_query, parse_dpkg_search, parse_madison, plan, precheck,
-        reboot_decision, verify_installed)
+        DriverChoiceError, gpu_summary, hold_owners, operator_hold_error, parse_dpkg_query, parse_dpkg_search,
+        parse_madison, plan, precheck, reboot_decision, verify_installed)
 except ImportError:  # unit tests put module_utils/ on sys.path
     from driver_choice import (
-        DriverChoiceError, gpu_summary, parse_dpkg_query, parse_dpkg_search, parse_madison, plan, precheck,
-        reboot_decision, verify_installed)
+        DriverChoiceError, gpu_summary, hold_owners, operator_hold_error, parse_dpkg_query, parse_dpkg_search,
+        parse_madison, plan, precheck, reboot_decision, verify_installed)
 
 _C = {"LC_ALL": "C", "LANG": "C"}
 
@@ -242,6 +259,8 @@ def main():
             extra_packages=dict(type="list", elements="str", default=[]),
             reboot=dict(type="str", default="auto", choices=["auto", "never"]),
             nvidia_smi_path=dict(type="path", default="/usr/bin/nvidia-smi"),
+            record=dict(type="dict"),
+            release_operator_holds=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -258,6 +277,10 @@ def main():
     except DriverChoiceError as exc:
         module.fail_json(msg="nvidia_driver: %s" % exc, gpus=gpus)
     installed = result["installed"]
+    result["holds"] = hold_owners(installed, p["record"])
+    refusal = operator_hold_error(result, result["holds"]["operator"])
+    if refusal and not p["release_operator_holds"]:
+        module.fail_json(msg="nvidia_driver: %s" % refusal, gpus=gpus, **result)
     result["verify_errors"] = verify_installed(result, installed) if result["action"] == "none" else []
     if p["gpu_facts"] is not None:
         result["reboot"] = reboot_decision(installed["upstream"], installed["kernel_modules"], p["gpu_facts"])

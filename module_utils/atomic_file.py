@@ -44,3 +44,22 @@ def stage_copy(text, directory=None, suffix=".json"):
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
     return tmp
+
+
+def new_run_dir(path, attempts=1000):
+    """Create a directory for one run's reports that no other run has: `path`, or `path-2`, `path-3`...
+
+    mkdir is atomic, so two runs started in the same second never share (and overwrite) a directory.
+    Returns the path created.
+    """
+    parent = os.path.dirname(path.rstrip("/")) or "."
+    if not os.path.isdir(parent):
+        os.makedirs(parent, 0o755)
+    for number in range(1, attempts + 1):
+        candidate = path if number == 1 else "%s-%d" % (path, number)
+        try:
+            os.mkdir(candidate, 0o755)
+            return candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError("%s and %d more like it exist already" % (path, attempts - 1))

@@ -557,6 +557,35 @@ def verify_installed(result_plan, installed):
     return errors
 
 
+def hold_owners(installed, record):
+    """Which of the held driver packages gpuhost held (`ours`) and which the operator did (`operator`).
+
+    `record` is the host's recorded driver section (ansible_local.gpuhost.driver) or None. Runs before
+    `held_by_gpuhost` was recorded held every package they recorded, so those count as ours.
+    """
+    record = record or {}
+    if "held_by_gpuhost" in record:
+        ours = set(record.get("held_by_gpuhost") or [])
+    else:
+        ours = set(record.get("packages") or [])
+    held = installed.get("held") or []
+    return {"ours": sorted(p for p in held if p in ours),
+            "operator": sorted(p for p in held if p not in ours)}
+
+
+def operator_hold_error(result_plan, operator_held):
+    """Why the run stops before a driver change would release holds the operator made (None: it need not)."""
+    if not operator_held or result_plan["action"] == "none":
+        return None
+    installed = result_plan["installed"]
+    return ("the operator held %s (driver %s, branch %s); this run would %s to %s (branch %s, %s) and so "
+            "release those holds. Nothing was changed. Fix: keep nvidia_driver_branch/nvidia_driver_version "
+            "at the held driver, or set nvidia_driver_release_operator_holds: true to let gpuhost release and "
+            "re-hold them"
+            % (", ".join(operator_held), installed["upstream"], installed["branch"], result_plan["action"],
+               result_plan["version"], result_plan["branch"], result_plan["main_package"]))
+
+
 def reboot_decision(installed_upstream, installed_modules, gpu_facts):
     """{required, reason, installed, loaded}: reboot when the loaded module is not the installed driver."""
     facts = gpu_facts or {}

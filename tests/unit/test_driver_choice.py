@@ -366,3 +366,36 @@ def test_reboot_decision(installed, facts, required, word):
     assert result["required"] is required
     if word:
         assert word in result["reason"]
+
+
+# --- Whose holds: gpuhost's (recorded) or the operator's ------------------------------------------------
+
+def test_holds_not_recorded_as_gpuhosts_are_the_operators():
+    result = dc.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+    record = {"version": "580.105.08", "held_by_gpuhost": ["nvidia-driver", "nvidia-smi"]}
+    owners = dc.hold_owners(result["installed"], record)
+    assert owners["ours"] == ["nvidia-driver", "nvidia-smi"]
+    assert owners["operator"] == sorted(set(DRIVER_PKGS) - {"nvidia-driver", "nvidia-smi"})
+    # no record at all (a driver the operator installed and held): every hold is the operator's
+    assert dc.hold_owners(result["installed"], None) == {"ours": [], "operator": DRIVER_PKGS}
+
+
+def test_records_older_than_held_by_gpuhost_count_their_packages_as_gpuhosts():
+    result = dc.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+    owners = dc.hold_owners(result["installed"], {"version": "580.105.08", "packages": DRIVER_PKGS})
+    assert owners == {"ours": DRIVER_PKGS, "operator": []}
+    # an empty held_by_gpuhost is a record that gpuhost held nothing, not an old record
+    owners = dc.hold_owners(result["installed"], {"packages": DRIVER_PKGS, "held_by_gpuhost": []})
+    assert owners["operator"] == DRIVER_PKGS
+
+
+def test_a_change_under_the_operators_holds_is_refused_naming_packages_versions_and_variable():
+    result = dc.plan(request(version="580.95.05"), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+    message = dc.operator_hold_error(result, ["nvidia-driver", "nvidia-smi"])
+    assert "nvidia-driver, nvidia-smi" in message
+    assert "580.105.08" in message and "580.95.05" in message and "downgrade" in message
+    assert "nvidia_driver_release_operator_holds" in message and "Nothing was changed" in message
+    # no change planned, or no operator hold: nothing to refuse
+    same = dc.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+    assert dc.operator_hold_error(same, ["nvidia-driver"]) is None
+    assert dc.operator_hold_error(result, []) is None

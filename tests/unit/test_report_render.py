@@ -160,6 +160,14 @@ def test_gpuhost_report_module_writes_the_reports(tmp_path):
     assert "invocation" not in host_b and "changed" not in host_b
     assert (dest / "summary.md").read_text() == out["markdown"]
     assert json.loads((dest / "summary.json").read_text())["failed_by_layer"]["runtime_config"] == 1
+    assert out["dest"] == str(dest)
+    # a second run with the same directory (same second) gets its own, the first run's reports stay
+    before = (dest / "summary.md").read_text()
+    again = json.loads(subprocess.run([sys.executable, MODULE, str(args_file)], capture_output=True, text=True,
+                                      env=env, timeout=60).stdout)
+    assert again["dest"] == str(dest) + "-2"
+    assert sorted(os.listdir(again["dest"])) == sorted(os.listdir(str(dest)))
+    assert (dest / "summary.md").read_text() == before
 
 
 def test_gpuhost_report_documents_its_options():
@@ -168,7 +176,7 @@ def test_gpuhost_report_documents_its_options():
     import gpuhost_report as mod
     doc = yaml.safe_load(mod.DOCUMENTATION)
     assert set(doc["options"]) == {"results", "dest", "title", "generated"}
-    assert set(yaml.safe_load(mod.RETURN)) == {"markdown", "files", "summary", "host_files"}
+    assert set(yaml.safe_load(mod.RETURN)) == {"markdown", "files", "summary", "host_files", "dest"}
 
 
 def test_failed_checks_are_explained_in_both_reports():

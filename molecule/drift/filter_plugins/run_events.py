@@ -1,4 +1,4 @@
-"""Test-only filter: what a nested ansible-playbook run (json callback document) ran on one host."""
+"""Test-only filters: what a nested ansible-playbook run (json callback document) ran on one host."""
 
 
 def ran_on(document, host):
@@ -14,6 +14,18 @@ def ran_on(document, host):
     return names
 
 
+def results_on(document, task_name, host):
+    """The results on `host` of the tasks named `task_name` (without the role prefix) that ran there."""
+    found = []
+    for play in (document or {}).get("plays") or []:
+        for task in play.get("tasks") or []:
+            result = (task.get("hosts") or {}).get(host)
+            if result is None or result.get("skipped") or task["task"]["name"].split(" : ")[-1] != task_name:
+                continue
+            found.append(result)
+    return found
+
+
 class FilterModule:
     def filters(self):
-        return {"ran_on": ran_on}
+        return {"ran_on": ran_on, "results_on": results_on}

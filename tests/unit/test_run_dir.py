@@ -1,0 +1,30 @@
+"""Report directories of concurrent runs (module_utils/atomic_file.new_run_dir): never shared."""
+import multiprocessing
+import os
+
+import atomic_file
+
+
+def _take(args):
+    path, queue = args
+    queue.put(atomic_file.new_run_dir(path))
+
+
+def test_runs_of_the_same_second_get_directories_of_their_own(tmp_path):
+    path = str(tmp_path / "reports" / "drift-20261204T081500Z")
+    manager = multiprocessing.Manager()
+    queue = manager.Queue()
+    with multiprocessing.Pool(4) as pool:
+        pool.map(_take, [(path, queue)] * 8)
+    taken = sorted(queue.get() for _ in range(8))
+    assert len(set(taken)) == 8
+    assert taken[0] == path and set(taken[1:]) == set("%s-%d" % (path, n) for n in range(2, 9))
+    assert all(os.path.isdir(p) for p in taken)
+
+
+def test_an_existing_directory_is_never_reused(tmp_path):
+    path = tmp_path / "diagnose-20261204T081500Z"
+    path.mkdir()
+    (path / "summary.md").write_text("earlier run")
+    assert atomic_file.new_run_dir(str(path)) == str(path) + "-2"
+    assert (path / "summary.md").read_text() == "earlier run"
