@@ -703,12 +703,31 @@ def remedies(spec, plan, others_utilization=0.0, overflow=None):
                                compute(dict(fixed, gpu_memory_utilization=higher))))
     score = {"ok": 2, "warn": 1, "refuse": 0}
     if overflow is not None:
-        # Nothing else fixes an over-committed GPU: the sharing remedy comes first.
-        head, rest = out[:1], out[1:]
+        # Nothing else fixes an over-committed GPU: the sharing remedy comes first, and the others are
+        # judged against the whole GPU, where they leave the summed budgets as they were.
+        head = [r for r in out if r["name"] == "share_gpu_evenly"]
+        rest = [gpu_rejudged(r, spec, overflow) for r in out if r["name"] != "share_gpu_evenly"]
         rest.sort(key=lambda r: (score[r["verdict"]], r["max_concurrency"]), reverse=True)
         return head + rest
     out.sort(key=lambda r: (score[r["verdict"]], r["max_concurrency"]), reverse=True)
     return out
+
+
+def gpu_rejudged(remedy, spec, overflow):
+    """A remedy of one instance judged against the GPU its instances over-commit: unless it lowers
+    the summed utilisation to what fits, it fixes nothing there and is refused, saying so.
+    (overflow["includes_plan"] false: the over-committed GPU is another one, which no change of this
+    instance relieves.)"""
+    room = 1.0 - overflow["held_mib"] / float(overflow["total_mib"])
+    summed = overflow["sum_utilization"]
+    if overflow.get("includes_plan", True):
+        summed += remedy["gpu_memory_utilization"] - spec["gpu_memory_utilization"]
+    if summed <= room + 1e-9:
+        return dict(remedy, fits_gpu=True)
+    return dict(remedy, verdict="refuse", fits_gpu=False,
+                description="%s - does not fix GPU %d: the budgets of its %d instances still sum to %.2f "
+                            "(room %.2f)" % (remedy["description"], overflow["gpu_index"], len(overflow["names"]),
+                                             summed, room))
 
 
 # ---------------------------------------------------------------- several instances
@@ -938,7 +957,8 @@ def plan(instances=None, gpu_index=0, **inputs):
     result["instances"] = checks
     mine = [c for c in checks if c["gpu_index"] == gpu_index]
     others = max(0.0, mine[0]["sum_utilization"] - spec["gpu_memory_utilization"]) if mine else 0.0
-    overflow = next((c for c in checks if not c["fits"]), None)
+    overflow = next((dict(c, includes_plan=True) for c in mine if not c["fits"]), None) or next(
+        (dict(c, includes_plan=False) for c in checks if not c["fits"]), None)
     result["remedies"] = (remedies(spec, result, others, overflow)
                           if result["verdict"] != "ok" else [])
     return result

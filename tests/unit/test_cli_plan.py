@@ -91,6 +91,8 @@ def test_gpu_catalogue_image_version_and_other_instances():
     crowded = json.loads(gpuhost(*(args + ["--other-utilization", "0.3", "--other-utilization", "0.25"])).stdout)
     assert crowded["verdict"] == "refuse" and crowded["instances"][0]["sum_utilization"] == 1.05
     assert crowded["remedies"][0]["name"] == "share_gpu_evenly"
+    assert crowded["remedies"][0]["verdict"] in ("ok", "warn")
+    assert all(r["verdict"] == "refuse" and not r["fits_gpu"] for r in crowded["remedies"][1:])
 
 
 def test_json_errors_are_json():

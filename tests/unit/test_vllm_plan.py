@@ -108,6 +108,12 @@ def test_four_times_040_on_one_l4_is_refused():
     assert not check["fits"]
     top = result["remedies"][0]
     assert top["name"] == "share_gpu_evenly" and top["gpu_memory_utilization"] == 0.25
+    # the other remedies change this instance, not the summed budgets: judged on the whole GPU, none fixes it
+    rest = result["remedies"][1:]
+    assert {"kv_cache_fp8", "quantize_weights_fp8", "tensor_parallel"} <= set(r["name"] for r in rest)
+    for remedy in rest:
+        assert remedy["verdict"] == "refuse" and remedy["fits_gpu"] is False, remedy["name"]
+        assert "does not fix GPU 0: the budgets of its 4 instances still sum to 1.60 (room 1.00)" in remedy["description"]
 
 
 def test_four_times_023_on_one_l4_is_accepted():
