@@ -295,6 +295,18 @@ def _node_line(path, node):
     return "crw %d, %d %s" % (node["major"], node["minor"], path)
 
 
+def nodes_remedy(paths):
+    """The command that creates these nodes: nvidia-ctk makes only the control nodes (nvidiactl, nvidia-uvm,
+    nvidia-modeset); a GPU's /dev/nvidiaN comes from nvidia-modprobe -c=N (or a reboot)."""
+    gpu_minors = sorted(int(p[len("/dev/nvidia"):]) for p in paths if re.match(r"^/dev/nvidia\d+$", p))
+    parts = []
+    if gpu_minors:
+        parts.append("`%s`" % "; ".join("nvidia-modprobe -c=%d" % m for m in gpu_minors))
+    if any(not re.match(r"^/dev/nvidia\d+$", p) for p in paths):
+        parts.append(REMEDY_NODES[len("create them: "):].rsplit(", or reboot", 1)[0])
+    return "create them: %s, or reboot" % " and ".join(parts)
+
+
 def check_device_nodes(nodes, facts, proc_devices_text=None, module_loaded=True):
     """/dev/nvidia0..N (c 195 N), /dev/nvidiactl (c 195 255), /dev/nvidia-uvm (+ -tools).
 
@@ -335,14 +347,15 @@ def check_device_nodes(nodes, facts, proc_devices_text=None, module_loaded=True)
             parts.append("missing %s" % ", ".join(missing))
         if wrong:
             parts.append("; ".join(wrong))
-        remedy = REMEDY_NODES if not wrong else ("remove the wrong node(s) (`rm %s`) and %s"
-                                                 % (" ".join(w.split()[0] for w in wrong), REMEDY_NODES))
+        remedy = nodes_remedy(missing + [w.split()[0] for w in wrong])
+        if wrong:
+            remedy = "remove the wrong node(s) (`rm %s`) and %s" % (" ".join(w.split()[0] for w in wrong), remedy)
         return result("device_nodes", "driver", "fail", "device nodes: " + "; ".join(parts),
                       remedy=remedy, ev=ev, data=data)
     if optional_missing:
         return result("device_nodes", "driver", "warn", "GPU and control nodes present; missing %s (made on the "
                       "first CUDA use; CDI containers need /dev/nvidia-uvm)" % ", ".join(optional_missing),
-                      remedy=REMEDY_NODES, ev=ev, data=data)
+                      remedy=nodes_remedy(optional_missing), ev=ev, data=data)
     return result("device_nodes", "driver", "ok", "%d GPU node(s), nvidiactl and nvidia-uvm present"
                   % len(minors), ev=ev, data=data)
 

@@ -113,11 +113,13 @@ def test_device_nodes_missing_and_wrong():
     facts = {"gpus": [{"minor_number": 0}, {"minor_number": 1}], "gpu_count": 2}
     missing = sc.check_device_nodes(nodes(skip=["/dev/nvidia1"]), facts)
     assert missing["status"] == "fail" and "missing /dev/nvidia1" in missing["summary"]
-    assert "create-device-nodes" in missing["remedy"]
+    # nvidia-ctk makes only the control nodes; a GPU's node comes from nvidia-modprobe -c=<minor>
+    assert "`nvidia-modprobe -c=1`" in missing["remedy"] and "create-device-nodes" not in missing["remedy"]
     assert "/dev/nvidia1: no such file" in missing["evidence"]["lines"]
     wrong = sc.check_device_nodes(nodes(wrong={"/dev/nvidiactl": {"kind": "char", "major": 195, "minor": 0}}), facts)
     assert wrong["status"] == "fail" and "/dev/nvidiactl is c 195 0, expected c 195 255" in wrong["summary"]
     assert wrong["remedy"].startswith("remove the wrong node(s) (`rm /dev/nvidiactl`)")
+    assert "create-device-nodes --control-devices" in wrong["remedy"]
     uvm = sc.check_device_nodes(nodes(), facts, "509 nvidia-uvm\n")
     assert uvm["status"] == "fail" and "expected c 509 0" in uvm["summary"]
 
