@@ -86,12 +86,14 @@ options:
     description: Path whose owning package tells the installed driver version.
     type: path
     default: /usr/bin/nvidia-smi
-  record:
+  record_path:
     description:
-      - The host's recorded driver section (C(ansible_local.gpuhost.driver)); its C(held_by_gpuhost) tells
-        which holds gpuhost made. Any other hold on a driver package is the operator's.
+      - The host's record (local facts file); the C(held_by_gpuhost) of its C(driver) section tells which
+        holds gpuhost made. Any other hold on a driver package is the operator's. Read from the file, so
+        it also works with C(gather_facts: false).
       - Records older than C(held_by_gpuhost) count their C(packages) as held by gpuhost.
-    type: dict
+    type: path
+    default: /etc/ansible/facts.d/gpuhost.fact
   release_operator_holds:
     description:
       - Whether a driver change may release holds the operator made. When false, a plan that changes the
@@ -190,6 +192,8 @@ gpus:
   elements: dict
 """
 
+import json
+
 from ansible.module_utils.basic import AnsibleModule
 
 try:
@@ -240,6 +244,19 @@ class HostQuery(object):
         return self._run([tool, "devices"])[1]
 
 
+def read_driver_record(module, path):
+    """The record's driver section, or None when there is no record."""
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            record = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        module.fail_json(msg="nvidia_driver: the record %s is not JSON (%s); it tells gpuhost's holds from the "
+                             "operator's. Fix: restore it from its backup, or remove it" % (path, exc))
+    return record.get("driver") if isinstance(record, dict) else None
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -259,7 +276,7 @@ def main():
             extra_packages=dict(type="list", elements="str", default=[]),
             reboot=dict(type="str", default="auto", choices=["auto", "never"]),
             nvidia_smi_path=dict(type="path", default="/usr/bin/nvidia-smi"),
-            record=dict(type="dict"),
+            record_path=dict(type="path", default="/etc/ansible/facts.d/gpuhost.fact"),
             release_operator_holds=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
@@ -277,7 +294,7 @@ def main():
     except DriverChoiceError as exc:
         module.fail_json(msg="nvidia_driver: %s" % exc, gpus=gpus)
     installed = result["installed"]
-    result["holds"] = hold_owners(installed, p["record"])
+    result["holds"] = hold_owners(installed, read_driver_record(module, p["record_path"]))
     refusal = operator_hold_error(result, result["holds"]["operator"])
     if refusal and not p["release_operator_holds"]:
         module.fail_json(msg="nvidia_driver: %s" % refusal, gpus=gpus, **result)
