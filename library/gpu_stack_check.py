@@ -22,16 +22,18 @@ description:
     C(cdi) (the spec is present, a CDI spec, fresh for the loaded driver, not shadowed by
     C(/var/run/cdi), C(nvidia-ctk cdi list) resolves C(nvidia.com/gpu=all)); C(container) (a C(--rm)
     container started with C(--gpus all), and with C(--device nvidia.com/gpu=all) where the engine
-    supports CDI, lists the host's GPUs); C(health) (GPU memory held by pids that do not exist,
+    supports CDI, lists the host's GPUs; NVIDIA's vectorAdd CUDA sample runs in a C(--gpus all) container);
+    C(health) (GPU memory held by pids that do not exist,
     active throttle reasons other than C(gpu_idle), Xid errors in the kernel log since boot)."
   - The first layer, in that order, with a failing check is returned as RV(failed_layer) and in
     RV(message), with its remedy.
   - Never fails the task because the host is broken (the diagnosis is the result), unless
     O(fail_on_required) is set.
   - Read-only. It writes no file and restarts nothing. The one side effect is the container check -
-    C(docker run --rm --pull never --network none IMAGE nvidia-smi -L) - which creates a container that
-    docker removes when it exits, pulls nothing and changes nothing on the host; O(container_check)
-    turns it off.
+    C(docker run --rm --pull never --network none IMAGE nvidia-smi -L), then NVIDIA's CUDA sample
+    (O(cuda_probe_image), C(/cuda-samples/vectorAdd)) the same way - which create containers that
+    docker removes when they exit, pull nothing and change nothing on the host; O(container_check)
+    turns them off.
 version_added: "1.0.0"
 author:
   - gpuhost maintainers
@@ -54,6 +56,19 @@ options:
         carry what the host's C(nvidia-smi), injected by the toolkit, needs (glibc); a CUDA base image.
     type: str
     default: nvcr.io/nvidia/cuda:12.9.1-base-ubuntu24.04
+  cuda_probe_image:
+    description:
+      - Image of the CUDA probe (check C(container_cuda)), run with C(--gpus all) after the container check
+        passed. C(nvidia-smi) needs no CUDA; only a CUDA program proves that CUDA initialises in a container
+        (C(/dev/nvidia-uvm), the driver's CUDA against the image's). Must be on the host (not pulled); an
+        absent image is a warning. An empty string turns the probe off.
+    type: str
+    default: nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04
+  cuda_probe_command:
+    description: The probe's command in that image; it must print C(Test PASSED) and exit 0.
+    type: list
+    elements: str
+    default: [/cuda-samples/vectorAdd]
   container_check:
     description: Run the container checks (a C(--rm) container each).
     type: bool
@@ -160,7 +175,8 @@ checks:
     - Every check in order, each with C(name), C(layer), C(status), C(required), C(summary), C(remedy),
       C(evidence) (C(command), C(rc), C(lines)) and C(data).
     - "Names: hardware, pci, kernel_module, device_nodes, nvml, persistence, docker, toolkit, runtime, cdi_spec,
-      cdi_list, container_gpus, container_cdi, zombies, throttle, xid."
+      cdi_list, container_gpus, container_cdi, container_cuda, zombies, throttle,
+      xid."
   returned: always
   type: list
   elements: dict
@@ -227,12 +243,14 @@ from ansible.module_utils.basic import AnsibleModule
 try:
     from ansible.module_utils.gpu_facts import HostIO
     from ansible.module_utils.stack_check import (
-        DEFAULT_CHECK_IMAGE, DEFAULT_REQUIRED_LAYERS, DEFAULT_TOOLKIT_PACKAGES, LAYERS, capture, evaluate,
+        DEFAULT_CHECK_IMAGE, DEFAULT_CUDA_PROBE_COMMAND, DEFAULT_CUDA_PROBE_IMAGE, DEFAULT_REQUIRED_LAYERS,
+        DEFAULT_TOOLKIT_PACKAGES, LAYERS, capture, evaluate,
         kernel_log_argv)
 except ImportError:  # run outside Ansible (unit tests put module_utils/ on sys.path)
     from gpu_facts import HostIO
     from stack_check import (
-        DEFAULT_CHECK_IMAGE, DEFAULT_REQUIRED_LAYERS, DEFAULT_TOOLKIT_PACKAGES, LAYERS, capture, evaluate,
+        DEFAULT_CHECK_IMAGE, DEFAULT_CUDA_PROBE_COMMAND, DEFAULT_CUDA_PROBE_IMAGE, DEFAULT_REQUIRED_LAYERS,
+        DEFAULT_TOOLKIT_PACKAGES, LAYERS, capture, evaluate,
         kernel_log_argv)
 
 _EXTRA_BIN_DIRS = ["/usr/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/local/sbin", "/usr/local/nvidia/bin"]
@@ -269,6 +287,8 @@ ARGUMENT_SPEC = dict(
     required_layers=dict(type="list", elements="str", choices=list(LAYERS), default=list(DEFAULT_REQUIRED_LAYERS)),
     fail_on_required=dict(type="bool", default=False),
     check_image=dict(type="str", default=DEFAULT_CHECK_IMAGE),
+    cuda_probe_image=dict(type="str", default=DEFAULT_CUDA_PROBE_IMAGE),
+    cuda_probe_command=dict(type="list", elements="str", default=list(DEFAULT_CUDA_PROBE_COMMAND)),
     container_check=dict(type="bool", default=True),
     cdi_container_check=dict(type="str", choices=["auto", "always", "never"], default="auto"),
     kernel_log_command=dict(type="raw", default="dmesg"),
@@ -293,6 +313,8 @@ def main():
     options = {
         "required_layers": params["required_layers"],
         "check_image": params["check_image"],
+        "cuda_probe_image": params["cuda_probe_image"],
+        "cuda_probe_command": params["cuda_probe_command"],
         "container_check": params["container_check"],
         "cdi_container_check": params["cdi_container_check"],
         "kernel_log_command": argv,

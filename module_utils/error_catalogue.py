@@ -9,6 +9,7 @@ say which reader uses it and under which of that reader's own names:
   container  stack_check.classify_container (a `docker run --gpus ... nvidia-smi -L` that failed)
   smi        nvsmi_parse.classify_error (an nvidia-smi error text -> facts state)
   vllm       vllm_log (a vLLM start's failure kind)
+  cuda       stack_check.check_cuda_probe (NVIDIA's vectorAdd sample in a --gpus container that failed)
 Within a scope the table's order is the reader's order (the first entry that matches wins);
 `explain` reads every entry and ranks findings by LAYERS.  Adding a pattern is one entry here
 plus its real example in tests/unit/test_explain.py.
@@ -167,14 +168,43 @@ ENTRIES = (
     _e("cuda_driver_too_old", "image",
        r"unsatisfied condition: cuda>=|CUDA driver version is insufficient for CUDA runtime version|"
        r"\berror 803\b|system has unsupported display driver / cuda driver combination",
-       "the image needs a newer CUDA than the host's driver supports (nvidia-smi's \"CUDA Version\")",
+       "the image needs a newer CUDA than the host's driver supports (nvidia-smi's \"CUDA Version\"); the same "
+       "text when the container got no driver libraries at all (not run with the NVIDIA runtime: --gpus, "
+       "runtimeClassName: nvidia)",
        "upgrade the driver branch, use an image built for the driver's CUDA, or on a datacenter GPU an image "
-       "with cuda-compat (forward compatibility)", REPAIR_DRIVER, gate=("cuda", "803")),
+       "with cuda-compat (forward compatibility); in Kubernetes, run the pod with the nvidia runtime",
+       REPAIR_DRIVER, scopes={"cuda": "driver_insufficient"}, gate=("cuda", "803")),
     _e("forward_compat_unsupported", "image",
        r"forward compatibility was attempted on non supported HW|\berror 804\b",
        "the image tried CUDA forward compatibility (cuda-compat) on a GPU that does not support it (GeForce and "
        "workstation cards)", "use an image built for the driver's CUDA, or upgrade the driver", REPAIR_DRIVER,
-       gate=("forward compatibility", "804")),
+       scopes={"cuda": "forward_compat"}, gate=("forward compatibility", "804")),
+    # CUDA initialisation in a container (NVIDIA's vectorAdd sample: tests/fixtures/cuda_probe/).
+    _e("cuda_no_device", "container", r"no CUDA-capable device is detected",
+       "CUDA in the container sees no GPU: the container got no GPU device (NVIDIA_VISIBLE_DEVICES void/none, "
+       "no --gpus or nvidia runtime), or every GPU is in MIG mode without a MIG device for it",
+       "run it with `--gpus all` (Kubernetes: a nvidia.com/gpu limit and the nvidia runtime); `nvidia-smi -L` "
+       "on the host lists what the driver sees", REPAIR_TOOLKIT, scopes={"cuda": "no_device"},
+       gate=("cuda-capable",)),
+    _e("cuda_device_busy", "driver", r"CUDA-capable device\(s\) is/are busy or unavailable|"
+       r"all CUDA-capable devices are busy or unavailable",
+       "CUDA could not open the GPU: its compute mode is Exclusive_Process and another process holds it, MIG "
+       "is enabled without a GPU instance for this container, or the GPU is in a bad state",
+       "read `nvidia-smi -q -d COMPUTE` (Compute Mode) and `nvidia-smi --query-gpu=mig.mode.current "
+       "--format=csv`; `nvidia-smi -c DEFAULT` restores shared compute; MIG needs GPU instances", REPAIR_DRIVER,
+       scopes={"cuda": "busy"}, gate=("busy or unavailable",)),
+    _e("cuda_initialization_error", "driver", r"error code initialization error\)|cudaErrorInitializationError",
+       "the CUDA driver failed to initialise the GPU (open kernel modules on a GPU that needs the proprietary "
+       "ones, a driver too old or too new for the GPU, a GPU that failed to initialise)",
+       "read `journalctl -k -b | grep -iE 'nvrm|xid'`; check the kernel module flavour (open from Turing on, "
+       "required from Blackwell) and the branch against the GPU", REPAIR_DRIVER,
+       scopes={"cuda": "initialization_error"}, gate=("initialization error",)),
+    _e("cuda_unknown_error", "driver", r"error code unknown error\)|cudaErrorUnknown|\bcode=(?:30|999)\b",
+       "CUDA could not initialise in the container (cudaErrorUnknown): most often /dev/nvidia-uvm is missing "
+       "or not accessible (nvidia-uvm not loaded), else a GPU fault (an Xid in the kernel log)",
+       "load nvidia-uvm and make its nodes: `nvidia-modprobe -u -c=0` (or reboot); `ls -l /dev/nvidia-uvm`; "
+       "read `journalctl -k -b | grep -i xid`", REPAIR_DRIVER, scopes={"cuda": "unknown_error"},
+       gate=("unknown error", "cudaerrorunknown", "code=")),
     _e("driver_libraries_missing", "driver",
        r"nvidia-container-cli: initialization error: load library failed: libnvidia-ml\.so",
        "the toolkit cannot load the driver's NVML library: the driver's userspace is not installed on the host",

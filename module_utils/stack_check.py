@@ -53,6 +53,10 @@ DEFAULT_REQUIRED_LAYERS = tuple(l for l in LAYERS if l != "health")
 STATUSES = ("ok", "warn", "fail", "skipped")
 
 DEFAULT_CHECK_IMAGE = "nvcr.io/nvidia/cuda:12.9.1-base-ubuntu24.04"
+# NVIDIA's CUDA sample image (the vectorAdd the GPU Operator's validator also runs): nvidia-smi needs no
+# CUDA, so only a CUDA program proves that CUDA initialises in a container (nvidia-uvm, the driver's CUDA).
+DEFAULT_CUDA_PROBE_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
+DEFAULT_CUDA_PROBE_COMMAND = ("/cuda-samples/vectorAdd",)
 DEFAULT_TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
                             "libnvidia-container-tools", "libnvidia-container1")
 DEFAULT_CDI_SPEC = "/etc/cdi/nvidia.yaml"
@@ -834,6 +838,64 @@ def check_container(cap, host_uuids, image, mode="gpus", name=None):
     return result(name, "container", status, "%s: %s" % (flag, summary), remedy=remedy, ev=ev, data=data)
 
 
+def classify_cuda_probe(cap):
+    """Why the CUDA sample failed: (kind, decisive line); its errors go to stderr, its banner to stdout."""
+    lines = _lines(_out(cap))
+    for kind, entry in catalogue.in_scope("cuda"):
+        for line in lines:
+            if catalogue.matches(entry, line):
+                return kind, line.strip()
+    return None
+
+
+def check_cuda_probe(cap, image, command=DEFAULT_CUDA_PROBE_COMMAND, skipped=None):
+    """NVIDIA's vectorAdd sample in a --gpus all container: CUDA initialises, allocates and runs a kernel."""
+    cmd = "docker run --rm --gpus all %s %s" % (image, " ".join(command))
+    if cap is None:
+        return result("container_cuda", "container", "skipped", skipped or "not run", ev=evidence(cmd))
+    lines = _lines(_out(cap))
+    if cap.get("rc") == 0 and any(l.strip() == "Test PASSED" for l in lines):
+        return result("container_cuda", "container", "ok", "CUDA initialises in a --gpus container (vectorAdd: "
+                      "Test PASSED)", ev=evidence(_cmd(cap), lines, cap.get("rc")), data={"image": image})
+    found = classify_cuda_probe(cap)
+    if found is None:
+        container = classify_container(cap)
+        if container[0] == "image_absent":
+            return result("container_cuda", "container", "warn",
+                          "the CUDA probe image %s is not on the host (the check does not pull): CUDA "
+                          "initialisation in containers is not proven" % image,
+                          remedy="pull it (site.yml does: gpu_validate_cuda_probe_image), load it "
+                                 "(gpu_validate_cuda_probe_image_archive), or set gpu_validate_cuda_probe_image: ''",
+                          ev=evidence(_cmd(cap), [container[1]], cap.get("rc")),
+                          data={"image": image, "cause": "image_absent"})
+        found = ("timeout", "docker run timed out") if cap.get("rc") == TIMEOUT_RC else ("other", container[1])
+    kind, line = found
+    entry = next((e for k, e in catalogue.in_scope("cuda") if k == kind), None)
+    summary = "CUDA fails in a --gpus container: %s" % (entry["meaning"] if entry else line)
+    remedy = entry["fix"] if entry else "read the evidence"
+    ev = evidence(_cmd(cap), [line] + [l for l in lines if l.strip() != line][:5], cap.get("rc"))
+    return result("container_cuda", "container", "fail", summary, remedy=remedy, ev=ev,
+                  data={"image": image, "cause": kind, "line": line})
+
+
+def uvm_decides(device_nodes, cuda_probe):
+    """CUDA's unknown error in the container while /dev/nvidia-uvm is missing on the host: the missing node
+    is the cause, a failure of the driver layer (not the warning a host that ran no CUDA yet gets)."""
+    if cuda_probe["status"] != "fail" or cuda_probe["data"].get("cause") != "unknown_error":
+        return device_nodes
+    missing = [p for p in device_nodes["data"].get("missing") or [] if p.startswith("/dev/nvidia-uvm")]
+    if device_nodes["status"] != "warn" or not missing:
+        return device_nodes
+    return result("device_nodes", "driver", "fail",
+                  "missing %s: every CUDA program in a container fails (vectorAdd: %s)"
+                  % (", ".join(missing), cuda_probe["data"].get("line")),
+                  remedy="load nvidia-uvm and make its nodes: `nvidia-modprobe -u -c=0` (or reboot); if it will not "
+                         "load, read `journalctl -k -b | grep -i nvidia`",
+                  ev=evidence(device_nodes["evidence"]["command"],
+                              device_nodes["evidence"]["lines"] + [cuda_probe["data"].get("line")]),
+                  data=dict(device_nodes["data"], cuda_probe=cuda_probe["data"].get("line")))
+
+
 # ---------------------------------------------------------------------------------------------
 # health
 
@@ -1078,6 +1140,17 @@ def evaluate(captures, options=None):
         container_cdi = result("container_cdi", "container", "skipped", captures.get("container_cdi_skipped")
                                or "not run", ev=evidence("docker run --rm --device nvidia.com/gpu=all %s nvidia-smi -L"
                                                          % image))
+    probe_image = opts["cuda_probe_image"]
+    if not probe_image:
+        cuda_probe = result("container_cuda", "container", "skipped", "CUDA probe disabled (cuda_probe_image: '')",
+                            ev=evidence("docker run --rm --gpus all <cuda_probe_image>"))
+    elif container_gpus["status"] != "ok":
+        cuda_probe = result("container_cuda", "container", "skipped", "the --gpus container check did not pass",
+                            ev=evidence("docker run --rm --gpus all %s %s" % (probe_image,
+                                                                               " ".join(opts["cuda_probe_command"]))))
+    else:
+        cuda_probe = guarded("container_cuda", "container", check_cuda_probe, captures.get("container_cuda"),
+                             probe_image, opts["cuda_probe_command"])
     xid_check = guarded("xid", "health", check_xid, captures.get("kernel_log"), opts["kernel_log_command_text"])
     smi_attempts = gpu_caps.get("smi") or []
     smi_text = "\n".join(_out(a) for a in smi_attempts)
@@ -1086,8 +1159,9 @@ def evaluate(captures, options=None):
         guarded("hardware", "hardware", check_hardware, facts, xid_events, smi_text),
         guarded("pci", "driver", check_pci, facts, gpu_caps.get("lspci")),
         kernel_check,
-        guarded("device_nodes", "driver", check_device_nodes, captures.get("nodes") or {}, facts,
-                captures.get("proc_devices"), module_loaded=bool(kernel_check["data"].get("version"))),
+        uvm_decides(guarded("device_nodes", "driver", check_device_nodes, captures.get("nodes") or {}, facts,
+                            captures.get("proc_devices"), module_loaded=bool(kernel_check["data"].get("version"))),
+                    cuda_probe),
         guarded("nvml", "driver", check_nvml, facts, gpu_caps),
         guarded("persistence", "persistence", check_persistence, facts, gpu_caps, captures.get("persistenced_active"),
                 captures.get("persistenced_enabled")),
@@ -1100,6 +1174,7 @@ def evaluate(captures, options=None):
         cdi_list_check,
         container_gpus,
         container_cdi,
+        cuda_probe,
         guarded("zombies", "health", check_zombies, facts, gpu_caps),
         guarded("throttle", "health", check_throttle, facts, gpu_caps, opts["benign_clock_reasons"]),
         xid_check,
@@ -1122,6 +1197,8 @@ def evaluate(captures, options=None):
 DEFAULT_OPTIONS = {
     "required_layers": DEFAULT_REQUIRED_LAYERS,
     "check_image": DEFAULT_CHECK_IMAGE,
+    "cuda_probe_image": DEFAULT_CUDA_PROBE_IMAGE,
+    "cuda_probe_command": DEFAULT_CUDA_PROBE_COMMAND,
     "container_check": True,
     "cdi_container_check": "auto",
     "kernel_log_command": ["dmesg"],
@@ -1237,6 +1314,9 @@ def capture(io, options=None):
         # --pull never: a missing image is reported, never fetched (Docker 20.10+).
         base = [docker, "run", "--rm", "--pull", "never", "--network", "none"]
         caps["container_gpus"] = _run(io, base + ["--gpus", "all", opts["check_image"], "nvidia-smi", "-L"])
+        if opts["cuda_probe_image"] and caps["container_gpus"].get("rc") == 0:
+            caps["container_cuda"] = _run(io, base + ["--gpus", "all", opts["cuda_probe_image"]]
+                                          + list(opts["cuda_probe_command"]))
         try:
             config = parse_daemon_json(caps.get("daemon_json"))
         except DaemonJsonError:

@@ -235,3 +235,23 @@ def test_cli_on_stdin_as_json_and_text():
     assert bad.returncode == 2 and json.loads(bad.stdout)["error"].startswith("gpuhost explain: input is binary")
     helped = subprocess.run([sys.executable, GPUHOST, "explain", "--help"], capture_output=True, text=True, timeout=60)
     assert helped.returncode == 0 and "Example:" in helped.stdout and "gpuhost explain -" in helped.stdout
+
+
+@pytest.mark.parametrize("name, layer, kind", [
+    ("003_driver_too_old_gpu-operator-389.txt", "image", "cuda_driver_too_old"),
+    ("006_no_device_gpu-operator-1900.txt", "container", "cuda_no_device"),
+    ("007_other-forward-compat_gpu-operator-277.txt", "image", "forward_compat_unsupported"),
+    ("009_other-busy-unavailable_gpu-operator-2842.txt", "driver", "cuda_device_busy"),
+    ("011_other-initialization-error_gpu-operator-1546.txt", "driver", "cuda_initialization_error"),
+    ("012_other-unknown-error-gpu-fault_gpu-operator-1146.txt", "driver", "cuda_unknown_error"),
+])
+def test_cuda_sample_failures_are_explained(name, layer, kind):
+    with open(os.path.join(FIXTURES, "cuda_probe", name), "rb") as handle:
+        result = ex.explain(handle.read())
+    assert [(f["layer"], f["kind"]) for f in result["findings"]] == [(layer, kind)]
+    assert "Failed to allocate device vector A" in result["findings"][0]["quote"]
+
+
+def test_cuda_sample_success_is_left_alone():
+    with open(os.path.join(FIXTURES, "cuda_probe", "001_success_gpu-operator-346.txt"), "rb") as handle:
+        assert ex.explain(handle.read())["findings"] == []

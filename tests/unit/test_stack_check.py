@@ -536,6 +536,11 @@ class FakeIO(object):
         return St()
 
 
+CUDA_PROBE = os.path.join(FIXTURES, "cuda_probe")
+PROBE_OPTS = {"check_image": "img", "cuda_probe_image": "probe"}
+PROBE_RUN = ("/usr/bin/docker", "run", "--rm", "--pull", "never", "--network", "none", "--gpus", "all", "probe")
+
+
 def healthy_host():
     xml = load(SMI, "043_qx_590.44.01_RTX-PRO-6000-Blackwell_v13.xml")
     uuid = "GPU-12345678-aaaa-bbbb-cccc-0123456789ab"
@@ -549,6 +554,7 @@ def healthy_host():
         ("/usr/bin/dpkg-query",): (0, dpkg, ""),
         ("/usr/bin/nvidia-ctk", "--version"): (0, "NVIDIA Container Toolkit CLI version 1.18.0\n", ""),
         ("/usr/bin/nvidia-ctk", "cdi", "list"): (0, load(CTK, "cdi-list_with-spec.stdout"), ""),
+        PROBE_RUN: (0, load(CUDA_PROBE, "001_success_gpu-operator-346.txt"), ""),
         ("/usr/bin/docker", "run"): (0, "GPU 0: NVIDIA RTX PRO 6000 (UUID: %s)\n" % uuid, ""),
         ("/usr/bin/dmesg",): (0, "[    0.000000] Linux version 6.12\n", ""),
         ("/usr/bin/nvidia-container-runtime-hook",): (0, "", ""),
@@ -563,13 +569,15 @@ def healthy_host():
 
 def test_pipeline_on_a_healthy_fake_host():
     io = healthy_host()
-    out = sc.evaluate(sc.capture(io, {"check_image": "img"}), {"check_image": "img"})
+    out = sc.evaluate(sc.capture(io, PROBE_OPTS), PROBE_OPTS)
     statuses = dict((c["name"], c["status"]) for c in out["checks"])
     assert out["failed_layer"] is None, out["message"]
     assert statuses["container_gpus"] == "ok" and statuses["container_cdi"] == "ok"
+    assert statuses["container_cuda"] == "ok"
     assert statuses["xid"] == "ok" and statuses["nvml"] == "ok"
     runs = [r for r in io.ran if r[:2] == ["/usr/bin/docker", "run"]]
-    assert len(runs) == 2 and all("--rm" in r and "never" in r for r in runs)
+    assert len(runs) == 3 and all("--rm" in r and "never" in r for r in runs)
+    assert list(PROBE_RUN) + ["/cuda-samples/vectorAdd"] in runs
     assert ["/usr/bin/docker", "run", "--rm", "--pull", "never", "--network", "none", "--device",
             "nvidia.com/gpu=all", "img", "nvidia-smi", "-L"] in runs
 
@@ -616,7 +624,8 @@ def test_module_never_fails_a_broken_host(tmp_path):
     assert res["changed"] is False and res["failed_layer"] in ("driver", "docker")
     assert [c["name"] for c in res["checks"]] == ["hardware", "pci", "kernel_module", "device_nodes", "nvml", "persistence",
                                                   "docker", "toolkit", "runtime", "cdi_spec", "cdi_list",
-                                                  "container_gpus", "container_cdi", "zombies", "throttle", "xid"]
+                                                  "container_gpus", "container_cdi", "container_cuda", "zombies", "throttle",
+                                                      "xid"]
     assert res["message"].startswith(sc.LAYER_TITLES[res["failed_layer"]] + ": ")
 
 
@@ -631,14 +640,85 @@ def test_fail_on_required_fails_with_the_diagnosis(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     res = json.loads(proc.stdout)
     assert res["failed"] is True and res["msg"].startswith(sc.LAYER_TITLES[res["failed_layer"]])
-    assert len(res["checks"]) == 16
+    assert len(res["checks"]) == 17
 
 
 def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
     def broken(*_args, **_kwargs):
         raise KeyError("gpus")
     monkeypatch.setattr(sc, "check_throttle", broken)
-    out = sc.evaluate(sc.capture(healthy_host(), {}), {})
+    out = sc.evaluate(sc.capture(healthy_host(), PROBE_OPTS), PROBE_OPTS)
     throttle = next(c for c in out["checks"] if c["name"] == "throttle")
     assert throttle["status"] == "warn" and "internal error" in throttle["summary"]
-    assert out["failed_layer"] is None and len(out["checks"]) == 16
+    assert out["failed_layer"] is None and len(out["checks"]) == 17
+
+
+# --- CUDA initialisation in a container (NVIDIA's vectorAdd sample; tests/fixtures/cuda_probe/) --------
+
+def probe_cap(name, rc=1):
+    return {"argv": list(PROBE_RUN) + ["/cuda-samples/vectorAdd"], "rc": rc, "stdout": load(CUDA_PROBE, name),
+            "stderr": ""}
+
+
+@pytest.mark.parametrize("name, cause", [
+    ("003_driver_too_old_gpu-operator-389.txt", "driver_insufficient"),
+    ("004_other-runtime-not-nvidia_gpu-operator-pr1017.txt", "driver_insufficient"),
+    ("006_no_device_gpu-operator-1900.txt", "no_device"),
+    ("007_other-forward-compat_gpu-operator-277.txt", "forward_compat"),
+    ("008_other-busy-unavailable_nvidia-container-toolkit-614.txt", "busy"),
+    ("010_other-all-busy-unavailable-old-wording_gpu-operator-129.txt", "busy"),
+    ("011_other-initialization-error_gpu-operator-1546.txt", "initialization_error"),
+    ("012_other-unknown-error-gpu-fault_gpu-operator-1146.txt", "unknown_error"),
+])
+def test_cuda_probe_failures_are_named(name, cause):
+    check = sc.check_cuda_probe(probe_cap(name), "probe")
+    assert check["status"] == "fail" and check["layer"] == "container"
+    assert check["data"]["cause"] == cause
+    assert check["evidence"]["lines"][0].endswith(")!")  # the sample's own error line decides
+
+
+def test_cuda_probe_success_needs_test_passed_and_exit_0():
+    ok = sc.check_cuda_probe(probe_cap("002_success_open-webui-5338.txt", rc=0), "probe")
+    assert ok["status"] == "ok" and "Test PASSED" in ok["evidence"]["lines"]
+    assert sc.check_cuda_probe(probe_cap("002_success_open-webui-5338.txt", rc=1), "probe")["status"] == "fail"
+
+
+def test_cuda_probe_image_absent_is_a_warning():
+    cap = {"argv": list(PROBE_RUN), "rc": 125, "stdout": "",
+           "stderr": "docker: Error response from daemon: No such image: probe:latest.\n"}
+    check = sc.check_cuda_probe(cap, "probe")
+    assert check["status"] == "warn" and "not on the host" in check["summary"]
+    assert "gpu_validate_cuda_probe_image" in check["remedy"]
+
+
+def test_missing_uvm_node_with_cuda_failing_is_the_drivers_failure():
+    """/dev/nvidia-uvm missing is only a warning on a host that ran no CUDA yet; when CUDA then fails in a
+    container with cudaErrorUnknown, the missing node is the decisive cause: the driver layer fails."""
+    io = healthy_host()
+    io.dirs["/dev"] = ["null", "nvidia0", "nvidiactl"]
+    del io.nodes["/dev/nvidia-uvm"], io.nodes["/dev/nvidia-uvm-tools"]
+    io.commands[PROBE_RUN] = (1, "", load(CUDA_PROBE, "012_other-unknown-error-gpu-fault_gpu-operator-1146.txt"))
+    out = sc.evaluate(sc.capture(io, PROBE_OPTS), PROBE_OPTS)
+    assert out["failed_layer"] == "driver", out["message"]
+    nodes_check = next(c for c in out["checks"] if c["name"] == "device_nodes")
+    assert nodes_check["status"] == "fail"
+    assert "missing /dev/nvidia-uvm, /dev/nvidia-uvm-tools: every CUDA program in a container fails" \
+        in nodes_check["summary"]
+    assert "nvidia-modprobe -u -c=0" in out["message"]
+    assert "Failed to allocate device vector A (error code unknown error)!" in nodes_check["evidence"]["lines"]
+
+
+def test_cuda_failing_with_the_nodes_present_is_the_containers_failure():
+    io = healthy_host()
+    io.commands[PROBE_RUN] = (1, "", load(CUDA_PROBE, "008_other-busy-unavailable_nvidia-container-toolkit-614.txt"))
+    out = sc.evaluate(sc.capture(io, PROBE_OPTS), PROBE_OPTS)
+    assert out["failed_layer"] == "container"
+    probe = next(c for c in out["checks"] if c["name"] == "container_cuda")
+    assert probe["data"]["cause"] == "busy" and "Compute Mode" in probe["remedy"]
+
+
+def test_cuda_probe_off_and_after_a_failed_container_check():
+    io = healthy_host()
+    out = sc.evaluate(sc.capture(io, dict(PROBE_OPTS, cuda_probe_image="")), dict(PROBE_OPTS, cuda_probe_image=""))
+    assert next(c for c in out["checks"] if c["name"] == "container_cuda")["status"] == "skipped"
+    assert len([r for r in io.ran if r[:2] == ["/usr/bin/docker", "run"]]) == 2

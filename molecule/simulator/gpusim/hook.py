@@ -300,7 +300,11 @@ def inject(state, rootfs, env, pid=None, make_node=None, host_root="/", gpusim_s
         m = _cdi.gpu_minor(gpu)
         nodes.append(("/dev/nvidia%d" % m, _cdi.NVIDIA_MAJOR, m))
     nodes.append(("/dev/nvidiactl", _cdi.NVIDIA_MAJOR, _cdi.NVIDIACTL_MINOR))
-    if "compute" in caps:
+    # libnvidia-container loads nvidia-uvm and makes its nodes (nvidia-modprobe -u -c=0, load-kmods) for
+    # compute; where that cannot work (the fault: the host has no nvidia-uvm node and cannot make one) the
+    # container starts without them and CUDA fails to initialise in it.
+    uvm_unavailable = "nvidia-uvm" in ((state.get("faults") or {}).get("missing_device_nodes") or [])
+    if "compute" in caps and not uvm_unavailable:
         uvm = _uvm_major(host_root)
         nodes.append(("/dev/nvidia-uvm", uvm, 0))
         nodes.append(("/dev/nvidia-uvm-tools", uvm, 1))

@@ -336,3 +336,61 @@ def test_nvidia_container_cli_info_and_errors(tmp_path, monkeypatch, capsys):
         "nvidia-container-cli: initialization error: nvml error: driver/library version mismatch\n"
     assert hook.cli_main(["--version"], version="1.18.0") == 0
     assert capsys.readouterr().out.startswith("cli-version: 1.18.0\nlib-version: 1.18.0\n")
+
+
+# --- the vectorAdd stand-in in the check image (gpusim/cuda_sample.py) against the real sample's texts ----
+
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "cuda_probe")
+
+
+def _real(name):
+    with open(os.path.join(FIXTURES, name), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def _vector_add(rootfs, env=None):
+    from gpusim import cuda_sample
+    out, err = io.StringIO(), io.StringIO()
+    rc = cuda_sample.vector_add_main(str(rootfs), out, err, env or {})
+    return rc, out.getvalue(), err.getvalue()
+
+
+class MadeNodes(Nodes):
+    """Nodes made as files in the fake rootfs, so the sample sees them."""
+    def __call__(self, pid, path, major, minor):
+        Nodes.__call__(self, pid, path, major, minor)
+        open(path, "w").close()
+
+
+def test_vector_add_passes_with_what_the_hook_injects(rootfs, host):
+    inject(state(), rootfs, host, {"NVIDIA_VISIBLE_DEVICES": "all"}, MadeNodes())
+    rc, out, err = _vector_add(rootfs)
+    assert (rc, out, err) == (0, _real("001_success_gpu-operator-346.txt"), "")
+
+
+def test_without_uvm_cuda_fails_with_the_real_unknown_error(rootfs, host):
+    broken = state()
+    broken["faults"] = {"missing_device_nodes": ["nvidia-uvm"]}
+    nodes = MadeNodes()
+    inject(broken, rootfs, host, {"NVIDIA_VISIBLE_DEVICES": "all"}, nodes)
+    assert not [n for n in nodes if "uvm" in os.path.basename(n[1])]  # nvidia-modprobe -u cannot make them: not injected
+    rc, out, err = _vector_add(rootfs)
+    real = _real("012_other-unknown-error-gpu-fault_gpu-operator-1146.txt").splitlines()
+    assert rc == 1 and out.splitlines() == [real[1]] and err.splitlines() == [real[0]]
+
+
+def test_without_gpus_or_compute_the_real_texts(rootfs, host):
+    inject(state(), rootfs, host, {"NVIDIA_VISIBLE_DEVICES": "none"}, MadeNodes())
+    rc, _out, err = _vector_add(rootfs)
+    assert rc == 1 and err.strip() == "Failed to allocate device vector A (error code no CUDA-capable device is detected)!"
+    assert _real("006_no_device_gpu-operator-1900.txt").splitlines()[0].endswith(err.strip())
+    bare = rootfs.parent / "bare"
+    (bare / "dev").mkdir(parents=True)
+    rc, _out, err = _vector_add(bare)
+    assert rc == 1 and err.splitlines() == [_real("003_driver_too_old_gpu-operator-389.txt").splitlines()[1]]
+
+
+def test_a_driver_older_than_the_images_cuda(rootfs, host):
+    inject(state(), rootfs, host, {"NVIDIA_VISIBLE_DEVICES": "all"}, MadeNodes())
+    rc, _out, err = _vector_add(rootfs, {"CUDA_VERSION": "13.1.0"})  # 580 -> CUDA 13.0
+    assert rc == 1 and "CUDA driver version is insufficient for CUDA runtime version" in err
