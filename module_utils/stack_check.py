@@ -766,13 +766,23 @@ def check_cdi_list(cap, ctk_path):
 # container
 
 
-def classify_container(cap):
-    """Why a `docker run ... nvidia-smi -L` failed: (kind, decisive line)."""
+def _first_in_scope(cap, scope):
+    """(kind, decisive line) of the first entry of the error table's `scope` that a line of the output
+    matches, in the table's order; None when none does."""
     lines = _lines(_out(cap))
-    for kind, entry in catalogue.in_scope("container"):
+    for kind, entry in catalogue.in_scope(scope):
         for line in lines:
             if catalogue.matches(entry, line):
                 return kind, line.strip()
+    return None
+
+
+def classify_container(cap):
+    """Why a `docker run ... nvidia-smi -L` failed: (kind, decisive line)."""
+    found = _first_in_scope(cap, "container")
+    if found:
+        return found
+    lines = _lines(_out(cap))
     return "other", (lines[-1].strip() if lines else "exit status %s, no output" % cap.get("rc"))
 
 
@@ -838,16 +848,6 @@ def check_container(cap, host_uuids, image, mode="gpus", name=None):
     return result(name, "container", status, "%s: %s" % (flag, summary), remedy=remedy, ev=ev, data=data)
 
 
-def classify_cuda_probe(cap):
-    """Why the CUDA sample failed: (kind, decisive line); its errors go to stderr, its banner to stdout."""
-    lines = _lines(_out(cap))
-    for kind, entry in catalogue.in_scope("cuda"):
-        for line in lines:
-            if catalogue.matches(entry, line):
-                return kind, line.strip()
-    return None
-
-
 def check_cuda_probe(cap, image, command=DEFAULT_CUDA_PROBE_COMMAND, skipped=None):
     """NVIDIA's vectorAdd sample in a --gpus all container: CUDA initialises, allocates and runs a kernel."""
     cmd = "docker run --rm --gpus all %s %s" % (image, " ".join(command))
@@ -857,7 +857,7 @@ def check_cuda_probe(cap, image, command=DEFAULT_CUDA_PROBE_COMMAND, skipped=Non
     if cap.get("rc") == 0 and any(l.strip() == "Test PASSED" for l in lines):
         return result("container_cuda", "container", "ok", "CUDA initialises in a --gpus container (vectorAdd: "
                       "Test PASSED)", ev=evidence(_cmd(cap), lines, cap.get("rc")), data={"image": image})
-    found = classify_cuda_probe(cap)
+    found = _first_in_scope(cap, "cuda")  # its errors go to stderr, its banner to stdout
     if found is None:
         container = classify_container(cap)
         if container[0] == "image_absent":

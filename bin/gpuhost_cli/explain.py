@@ -21,35 +21,20 @@ import argparse
 import json
 import sys
 
+from gpuhost_cli.cli_io import Parser, UsageError, read_input
 from explain import ExplainError, explain, render_text
-
-
-class _UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise _UsageError(message)
-
-
-def _read(path):
-    if path == "-":
-        return sys.stdin.buffer.read()
-    with open(path, "rb") as handle:
-        return handle.read()
 
 
 def main(argv):
     as_json = "--json" in argv
-    parser = _Parser(prog="gpuhost explain", formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = Parser(prog="gpuhost explain", formatter_class=argparse.RawDescriptionHelpFormatter,
                      description=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     parser.add_argument("file", help="a file with the text, or - for stdin")
     try:
         args = parser.parse_args(argv)
-        result = explain(_read(args.file))
-    except (_UsageError, ExplainError) as exc:
+        result = explain(read_input(args.file))
+    except (UsageError, ExplainError) as exc:
         return _fail(as_json, str(exc))
     except (OSError, IOError) as exc:
         return _fail(as_json, "cannot read %s: %s" % (argv[-1] if argv else "?", exc.strerror or exc))

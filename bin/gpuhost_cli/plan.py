@@ -14,23 +14,17 @@ Example: gpuhost plan --gpu L4 --image vllm/vllm-openai:v0.11.0 --model /srv/mod
 Exit 0 with the plan (1 with --check when the verdict is refuse); 2 on bad input, with one
 line on stderr (or {"error": ...} on stdout with --json).
 """
-import argparse
 import json
 import sys
 
 import gpu_memory
 import vllm_overheads
+from gpuhost_cli.cli_io import Parser, UsageError
 from vllm_plan import PlanError, plan, render_text, resolve_version
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        # argparse's own usage dump is noise here: one line, exit 2.
-        raise PlanError(message)
-
-
 def _parser():
-    p = _Parser(prog="gpuhost plan", description="vLLM memory plan before a start",
+    p = Parser(prog="gpuhost plan", description="vLLM memory plan before a start",
                 epilog="GPUs the catalogue knows: %s" % ", ".join(gpu_memory.names()))
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--gpu", dest="gpu_name", help="a catalogue GPU (its nvidia-smi total and reserved memory)")
@@ -111,7 +105,7 @@ def main(argv):
             enforce_eager=args.enforce_eager,
             held_mib=args.held_mib,
         )
-    except PlanError as exc:
+    except (PlanError, UsageError) as exc:
         if as_json:
             sys.stdout.write(json.dumps({"error": "gpuhost plan: %s" % exc}) + "\n")
         else:

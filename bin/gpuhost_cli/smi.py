@@ -9,12 +9,9 @@ import json
 import sys
 
 import nvsmi_parse
+from gpuhost_cli.cli_io import UsageError, read_input
 
 USAGE = "usage: gpuhost smi [--json] FILE|-"
-
-
-class UsageError(Exception):
-    pass
 
 
 def _parse_args(argv):
@@ -33,14 +30,6 @@ def _parse_args(argv):
     if path is None:
         raise UsageError("FILE or - is required")
     return as_json, path
-
-
-def _read(path):
-    if path == "-":
-        stream = getattr(sys.stdin, "buffer", sys.stdin)
-        return stream.read()
-    with open(path, "rb") as handle:
-        return handle.read()
 
 
 def cli_facts(facts):
@@ -119,7 +108,7 @@ def main(argv):
             sys.stderr.write("gpuhost smi: %s (%s)\n" % (exc.args[0], USAGE))
             return 2
         try:
-            data = _read(path)
+            data = read_input(path)
         except (IOError, OSError) as exc:
             sys.stderr.write("gpuhost smi: cannot read %s: %s\n" % (path, _one_line(exc.strerror or exc)))
             return 2

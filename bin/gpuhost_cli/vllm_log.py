@@ -6,39 +6,22 @@ Reports the stages reached, their numbers, and for a failed start the stage and
 the kind of failure.  Exit 0 with the report (1 with --check when the log shows
 no completed start); 2 when the file cannot be read, with one line on stderr.
 """
-import argparse
 import json
 import sys
 
+from gpuhost_cli.cli_io import Parser, UsageError, read_input
 from vllm_log import parse, render_text
 
 
-class _UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise _UsageError(message)
-
-
-def _read(path):
-    # Bytes, so that CR-only progress bars do not shift line numbers.
-    if path == "-":
-        return sys.stdin.buffer.read()
-    with open(path, "rb") as handle:
-        return handle.read()
-
-
 def main(argv):
-    parser = _Parser(prog="gpuhost vllm-log", description="report on a vLLM startup log")
+    parser = Parser(prog="gpuhost vllm-log", description="report on a vLLM startup log")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--check", action="store_true", help="exit 1 when the start did not complete")
     parser.add_argument("file", help="log file, or - for stdin")
     try:
         args = parser.parse_args(argv)
-        data = _read(args.file)
-    except _UsageError as exc:
+        data = read_input(args.file)
+    except UsageError as exc:
         sys.stderr.write("gpuhost vllm-log: %s\n" % exc)
         return 2
     except (OSError, IOError) as exc:

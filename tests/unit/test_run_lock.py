@@ -114,6 +114,13 @@ def start(tmp_path, name, hold, wait, extra=()):
                             env=env, cwd=str(tmp_path))
 
 
+def wait_for_lock(tmp_path, seconds=60):
+    """Until the first run has taken the lock."""
+    deadline = time.time() + seconds
+    while not (tmp_path / "run.lock").exists() and time.time() < deadline:
+        time.sleep(0.2)
+
+
 def results(proc):
     out, err = proc.communicate(timeout=300)
     doc = json.loads(out)
@@ -124,9 +131,7 @@ def results(proc):
 @needs_ansible
 def test_a_second_run_waits_for_the_first_then_goes_on(tmp_path):
     first = start(tmp_path, "first", hold=6, wait=120)
-    deadline = time.time() + 60
-    while not (tmp_path / "run.lock").exists() and time.time() < deadline:
-        time.sleep(0.2)
+    wait_for_lock(tmp_path)
     holder = json.loads((tmp_path / "run.lock").read_text())
     assert holder["playbook"] == "test.yml" and holder["controller"]["hostname"] == socket.gethostname()
     assert holder["controller"]["pid"] == first.pid  # the ansible-playbook process itself
@@ -146,9 +151,7 @@ def test_a_second_run_waits_for_the_first_then_goes_on(tmp_path):
 @needs_ansible
 def test_a_run_that_waited_long_enough_fails_naming_the_holder(tmp_path):
     first = start(tmp_path, "first", hold=20, wait=60)
-    deadline = time.time() + 60
-    while not (tmp_path / "run.lock").exists() and time.time() < deadline:
-        time.sleep(0.2)
+    wait_for_lock(tmp_path)
     second = start(tmp_path, "second", hold=0, wait=2)
     rc2, tasks2, _ = results(second)
     first.kill()
@@ -165,9 +168,7 @@ def test_a_run_that_waited_long_enough_fails_naming_the_holder(tmp_path):
 def test_the_lock_of_a_run_that_ended_is_taken_over(tmp_path):
     # a run of this control node that was killed before it released the lock
     first = start(tmp_path, "first", hold=60, wait=60)
-    deadline = time.time() + 60
-    while not (tmp_path / "run.lock").exists() and time.time() < deadline:
-        time.sleep(0.2)
+    wait_for_lock(tmp_path)
     time.sleep(1)
     first.kill()
     first.communicate()
