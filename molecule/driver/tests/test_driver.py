@@ -45,7 +45,9 @@ def test_nvidia_smi_works_with_persistence_mode_on(host):
 
 def test_fact_file_records_the_loaded_driver(host):
     data = json.loads(host.file("/etc/ansible/facts.d/gpuhost.fact").content_string)
-    assert data["driver"] == {"version": "580.105.08", "branch": 580, "kernel_modules": "open", "packages": PACKAGES}
+    assert data["driver"] == {"version": "580.105.08", "branch": 580, "kernel_modules": "open", "packages": PACKAGES,
+                              # every hold is gpuhost's own on a host gpuhost installed
+                              "held_by_gpuhost": sorted(PACKAGES)}
 
 
 def test_driver_changed_topic_fired_once(host):

@@ -55,7 +55,9 @@ def test_driver_repository_for_the_suite(gpu):
 def test_open_module_loaded_and_recorded(gpu):
     assert "Open Kernel Module for x86_64  580.105.08 " in gpu.file("/proc/driver/nvidia/version").content_string
     data = json.loads(gpu.file("/etc/ansible/facts.d/gpuhost.fact").content_string)
-    assert data["driver"] == {"version": "580.105.08", "branch": 580, "kernel_modules": "open", "packages": PACKAGES}
+    assert data["driver"] == {"version": "580.105.08", "branch": 580, "kernel_modules": "open", "packages": PACKAGES,
+                              # every hold is gpuhost's own on a host gpuhost installed
+                              "held_by_gpuhost": sorted(PACKAGES)}
 
 
 def test_persistence_through_debians_unit_without_a_drop_in(gpu):
