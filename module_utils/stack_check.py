@@ -878,6 +878,23 @@ def check_cuda_probe(cap, image, command=DEFAULT_CUDA_PROBE_COMMAND, skipped=Non
                   data={"image": image, "cause": kind, "line": line})
 
 
+def mig_decides(cuda_probe, hardware):
+    """CUDA busy or without a device in a whole-GPU container while GPUs have MIG mode on: MIG is the cause
+    (such a container gets no MIG device), said with the GPUs and both ways out."""
+    if cuda_probe["status"] != "fail" or cuda_probe["data"].get("cause") not in ("busy", "no_device"):
+        return cuda_probe
+    mig = [g for g in hardware["data"].get("gpus") or [] if g.get("mig_mode") is True]
+    if not mig:
+        return cuda_probe
+    names = ", ".join("GPU %s" % g["index"] for g in mig)
+    return dict(cuda_probe, summary="CUDA fails in a --gpus all container: %s %s MIG mode on and the container "
+                                    "gets no MIG device (vectorAdd: %s)"
+                                    % (names, "has" if len(mig) == 1 else "have", cuda_probe["data"].get("line")),
+                remedy="give containers MIG devices (`--device nvidia.com/gpu=%s:0`, MIG layouts) or turn MIG off "
+                       "(`nvidia-smi -i %s -mig 0`, then reset the GPU)" % (mig[0]["index"], mig[0]["index"]),
+                data=dict(cuda_probe["data"], mig_gpus=[g["index"] for g in mig]))
+
+
 def uvm_decides(device_nodes, cuda_probe):
     """CUDA's unknown error in the container while /dev/nvidia-uvm is missing on the host: the missing node
     is the cause, a failure of the driver layer (not the warning a host that ran no CUDA yet gets)."""
@@ -1155,8 +1172,10 @@ def evaluate(captures, options=None):
     smi_attempts = gpu_caps.get("smi") or []
     smi_text = "\n".join(_out(a) for a in smi_attempts)
     xid_events = parse_xids((captures.get("kernel_log") or {}).get("stdout")) if captures.get("kernel_log") else []
+    hardware_check = guarded("hardware", "hardware", check_hardware, facts, xid_events, smi_text)
+    cuda_probe = mig_decides(cuda_probe, hardware_check)
     checks = [
-        guarded("hardware", "hardware", check_hardware, facts, xid_events, smi_text),
+        hardware_check,
         guarded("pci", "driver", check_pci, facts, gpu_caps.get("lspci")),
         kernel_check,
         uvm_decides(guarded("device_nodes", "driver", check_device_nodes, captures.get("nodes") or {}, facts,

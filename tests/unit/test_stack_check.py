@@ -722,3 +722,15 @@ def test_cuda_probe_off_and_after_a_failed_container_check():
     out = sc.evaluate(sc.capture(io, dict(PROBE_OPTS, cuda_probe_image="")), dict(PROBE_OPTS, cuda_probe_image=""))
     assert next(c for c in out["checks"] if c["name"] == "container_cuda")["status"] == "skipped"
     assert len([r for r in io.ran if r[:2] == ["/usr/bin/docker", "run"]]) == 2
+
+
+def test_mig_mode_is_named_as_the_cause_of_a_busy_cuda():
+    """Fixture 010: an A100 with MIG mode on, vectorAdd in a whole-GPU container: busy or unavailable."""
+    probe = sc.check_cuda_probe(probe_cap("010_other-all-busy-unavailable-old-wording_gpu-operator-129.txt"), "probe")
+    hardware = sc.result("hardware", "hardware", "warn", "GPU 0 has MIG mode on",
+                         data={"gpus": [{"index": 0, "mig_mode": True}, {"index": 1, "mig_mode": False}]})
+    named = sc.mig_decides(probe, hardware)
+    assert named["status"] == "fail" and "GPU 0 has MIG mode on and the container gets no MIG device" in named["summary"]
+    assert "nvidia-smi -i 0 -mig 0" in named["remedy"] and named["data"]["mig_gpus"] == [0]
+    # without MIG on any GPU, the busy probe keeps its own reading
+    assert sc.mig_decides(probe, sc.result("hardware", "hardware", "ok", "ok", data={"gpus": []})) is probe

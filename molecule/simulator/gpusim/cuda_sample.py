@@ -5,7 +5,8 @@ then every CUDA error as `Failed to allocate device vector A (error code <cudaGe
 stderr and exits 1; on success it prints the four progress lines, `Test PASSED` and `Done`. The texts
 are those of tests/fixtures/cuda_probe/ (real runs). What decides, as for real CUDA in a container:
 libcuda injected by the toolkit (compute capability), the driver's CUDA against the image's, a GPU
-device node, and /dev/nvidia-uvm (without it CUDA cannot initialise: cudaErrorUnknown).
+device node, /dev/nvidia-uvm (without it CUDA cannot initialise: cudaErrorUnknown), and MIG mode (whole
+GPUs in MIG mode give the container no usable device: busy or unavailable).
 """
 import json
 import os
@@ -24,6 +25,8 @@ SUCCESS = ("Copy input data from the host memory to the CUDA device",
 INSUFFICIENT = "CUDA driver version is insufficient for CUDA runtime version"
 NO_DEVICE = "no CUDA-capable device is detected"
 UNKNOWN = "unknown error"
+# A whole GPU in MIG mode without a MIG device for the container (fixture 010: A100, MIG M. On).
+BUSY = "CUDA-capable device(s) is/are busy or unavailable"
 # The CUDA of the sample image gpuhost probes with (nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-*).
 DEFAULT_IMAGE_CUDA = "12.5.0"
 
@@ -53,6 +56,8 @@ def cuda_error(root="/", env=None):
         return NO_DEVICE
     if "nvidia-uvm" not in names or "nvidiactl" not in names:
         return UNKNOWN
+    if all(g.get("mig_mode") for g in state["gpus"]):
+        return BUSY
     return None
 
 

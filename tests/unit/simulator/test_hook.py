@@ -394,3 +394,12 @@ def test_a_driver_older_than_the_images_cuda(rootfs, host):
     inject(state(), rootfs, host, {"NVIDIA_VISIBLE_DEVICES": "all"}, MadeNodes())
     rc, _out, err = _vector_add(rootfs, {"CUDA_VERSION": "13.1.0"})  # 580 -> CUDA 13.0
     assert rc == 1 and "CUDA driver version is insufficient for CUDA runtime version" in err
+
+
+def test_whole_gpus_in_mig_mode_give_cuda_no_usable_device(rootfs, host):
+    mig = state()
+    for gpu in mig["gpus"]:
+        gpu["mig_mode"] = True
+    inject(mig, rootfs, host, {"NVIDIA_VISIBLE_DEVICES": "all"}, MadeNodes())
+    rc, _out, err = _vector_add(rootfs)
+    assert rc == 1 and err.splitlines() == [_real("008_other-busy-unavailable_nvidia-container-toolkit-614.txt").splitlines()[0]]
