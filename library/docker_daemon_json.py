@@ -33,6 +33,12 @@ options:
     description: Keep a timestamped copy of the file before changing it.
     type: bool
     default: true
+  backup_dir:
+    description:
+      - Where backups go, under the file's own path (V(/var/backups/gpuhost/etc/docker/daemon.json.<UTC time>)),
+        outside the directory the file's readers scan.
+    type: path
+    default: /var/backups/gpuhost
   validate:
     description:
       - V(auto) validates with C(dockerd --validate) when the engine is installed and supports it;
@@ -84,9 +90,9 @@ from ansible.module_utils.daemon_json import BOM, DaemonJsonError, changed_keys,
 from ansible.module_utils.atomic_file import read_text, stage_copy, write_atomic
 
 
-def validate_with_dockerd(module, dockerd, text, directory):
-    """(ok, supported, message) of `dockerd --validate --config-file` over `text`."""
-    tmp = stage_copy(text, directory=directory if os.path.isdir(directory) else None)
+def validate_with_dockerd(module, dockerd, text):
+    """(ok, supported, message) of `dockerd --validate --config-file` over `text` (staged outside /etc/docker)."""
+    tmp = stage_copy(text)
     try:
         rc, out, err = module.run_command([dockerd, "--validate", "--config-file", tmp])
     finally:
@@ -103,6 +109,7 @@ def main():
             path=dict(type="path", default="/etc/docker/daemon.json"),
             options=dict(type="dict", required=True),
             backup=dict(type="bool", default=True),
+            backup_dir=dict(type="path", default="/var/backups/gpuhost"),
             validate=dict(type="str", default="auto", choices=["auto", "always", "never"]),
             dockerd_path=dict(type="path"),
         ),
@@ -135,7 +142,7 @@ def main():
     if module.params["validate"] != "never":
         dockerd = module.params["dockerd_path"] or module.get_bin_path("dockerd")
         if dockerd:
-            ok, supported, message = validate_with_dockerd(module, dockerd, after_text, os.path.dirname(path))
+            ok, supported, message = validate_with_dockerd(module, dockerd, after_text)
             if supported and not ok:
                 module.fail_json(msg="docker: dockerd rejects the merged %s (file left untouched): %s" % (path, message),
                                  **result)
@@ -143,7 +150,8 @@ def main():
         if module.params["validate"] == "always" and not result["validated"]:
             module.fail_json(msg="docker: cannot validate %s: no dockerd with --validate found" % path, **result)
 
-    result["backup_file"] = write_atomic(module, path, after_text, backup=module.params["backup"])
+    result["backup_file"] = write_atomic(module, path, after_text, backup=module.params["backup"],
+                                             backup_dir=module.params["backup_dir"])
     module.exit_json(**result)
 
 

@@ -236,52 +236,21 @@ xids:
   elements: dict
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from ansible.module_utils.gpu_facts import HostIO
+    from ansible.module_utils.gpu_facts import ModuleHostIO
     from ansible.module_utils.stack_check import (
         DEFAULT_CHECK_IMAGE, DEFAULT_CUDA_PROBE_COMMAND, DEFAULT_CUDA_PROBE_IMAGE, DEFAULT_REQUIRED_LAYERS,
         DEFAULT_TOOLKIT_PACKAGES, LAYERS, capture, evaluate,
         kernel_log_argv)
 except ImportError:  # run outside Ansible (unit tests put module_utils/ on sys.path)
-    from gpu_facts import HostIO
+    from gpu_facts import ModuleHostIO
     from stack_check import (
         DEFAULT_CHECK_IMAGE, DEFAULT_CUDA_PROBE_COMMAND, DEFAULT_CUDA_PROBE_IMAGE, DEFAULT_REQUIRED_LAYERS,
         DEFAULT_TOOLKIT_PACKAGES, LAYERS, capture, evaluate,
         kernel_log_argv)
-
-_EXTRA_BIN_DIRS = ["/usr/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/local/sbin", "/usr/local/nvidia/bin"]
-
-
-class ModuleIO(HostIO):
-    """Read-only host access over AnsibleModule: commands with a timeout and C locale, stat."""
-
-    def __init__(self, module, timeout):
-        self.module = module
-        self.timeout = timeout
-        self.timeout_bin = module.get_bin_path("timeout")
-
-    def which(self, name):
-        return self.module.get_bin_path(name, opt_dirs=_EXTRA_BIN_DIRS)
-
-    def run(self, argv):
-        if self.timeout_bin:
-            argv = [self.timeout_bin, "-k", "5", str(self.timeout)] + list(argv)
-        try:
-            return self.module.run_command(argv, check_rc=False, environ_update={"LC_ALL": "C"},
-                                           errors="replace", handle_exceptions=False)
-        except (IOError, OSError) as exc:
-            return 127, "", "%s: %s" % (argv[0], exc)
-
-    def stat(self, path):
-        try:
-            return os.stat(path)
-        except (IOError, OSError):
-            return None
-
 
 ARGUMENT_SPEC = dict(
     required_layers=dict(type="list", elements="str", choices=list(LAYERS), default=list(DEFAULT_REQUIRED_LAYERS)),
@@ -326,7 +295,7 @@ def main():
         "nvidia_smi_path": params["nvidia_smi_path"],
         "proc_version_path": params["proc_version_path"],
     }
-    io = ModuleIO(module, params["timeout"])
+    io = ModuleHostIO(module, params["timeout"])
     diagnosis = evaluate(capture(io, options), options)
     if params["fail_on_required"] and diagnosis["failed_layer"]:
         module.fail_json(msg=diagnosis["message"], changed=False, **dict((k, v) for k, v in diagnosis.items()

@@ -39,6 +39,12 @@ options:
     description: Back up the previous spec before replacing it.
     type: bool
     default: true
+  backup_dir:
+    description:
+      - Where backups go, under the file's own path (V(/var/backups/gpuhost/etc/docker/daemon.json.<UTC time>)),
+        outside the directory the file's readers scan.
+    type: path
+    default: /var/backups/gpuhost
   nvidia_ctk_path:
     description: Path of nvidia-ctk; looked up on PATH when not given.
     type: path
@@ -83,10 +89,11 @@ shadowed_by:
 import glob
 import os
 import re
+import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.atomic_file import read_text
+from ansible.module_utils.atomic_file import backup_copy, read_text
 from ansible.module_utils.cdi_spec import CDI_DIRS, CdiSpecError, parse_cdi_list, read_spec, shadowing, staleness
 
 _NVRM = re.compile(r"NVRM version:.*?\s(\d+\.\d+(?:\.\d+)?)\s")
@@ -125,6 +132,7 @@ def main():
             proc_version_path=dict(type="path", default="/proc/driver/nvidia/version"),
             replace_malformed=dict(type="bool", default=False),
             backup=dict(type="bool", default=True),
+            backup_dir=dict(type="path", default="/var/backups/gpuhost"),
             nvidia_ctk_path=dict(type="path"),
         ),
         supports_check_mode=True,
@@ -151,9 +159,10 @@ def main():
             reasons.extend(staleness(before, version))
 
     directory = os.path.dirname(output)
-    stage_dir = directory if os.path.isdir(directory) else None
-    fd, fresh_path = tempfile.mkstemp(prefix=".nvidia-cdi.", suffix=".yaml", dir=stage_dir)
-    os.close(fd)
+    # Generated outside the spec directories: the engines read every spec there, and a check-mode run
+    # must leave them alone. atomic_move still makes the final rename inside `directory`.
+    stage_dir = tempfile.mkdtemp(prefix="gpuhost-cdi-")
+    fresh_path = os.path.join(stage_dir, os.path.basename(output))
     try:
         cmd = [ctk, "cdi", "generate", "--output=%s" % fresh_path]
         rc, out, err = module.run_command(cmd)
@@ -173,12 +182,11 @@ def main():
             if not os.path.isdir(directory):
                 os.makedirs(directory, 0o755)
             if module.params["backup"] and before_text is not None:
-                result["backup_file"] = module.backup_local(output)
+                result["backup_file"] = backup_copy(output, module.params["backup_dir"])
             os.chmod(fresh_path, 0o644)
             module.atomic_move(fresh_path, output)
     finally:
-        if os.path.exists(fresh_path):
-            os.unlink(fresh_path)
+        shutil.rmtree(stage_dir, ignore_errors=True)
 
     rc, out, err = module.run_command([ctk, "cdi", "list"])
     result["devices"] = parse_cdi_list(out) if rc == 0 else []

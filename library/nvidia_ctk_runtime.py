@@ -44,6 +44,12 @@ options:
     description: Back up the file before changing it.
     type: bool
     default: true
+  backup_dir:
+    description:
+      - Where backups go, under the file's own path (V(/var/backups/gpuhost/etc/docker/daemon.json.<UTC time>)),
+        outside the directory the file's readers scan.
+    type: path
+    default: /var/backups/gpuhost
   nvidia_ctk_path:
     description: Path of nvidia-ctk; looked up on PATH when not given.
     type: path
@@ -81,7 +87,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.daemon_json import DaemonJsonError, keep_features, parse, render
-from ansible.module_utils.atomic_file import read_text, write_atomic
+from ansible.module_utils.atomic_file import backup_copy, read_text, write_atomic
 
 CONTAINERD_DROPIN = "/etc/containerd/conf.d/99-nvidia.toml"
 
@@ -131,7 +137,8 @@ def configure_docker(module, ctk):
         result["diff"] = dict(before=before_text or "", after=after_text if changed else (before_text or ""),
                               before_header=path, after_header=path)
     if changed and not module.check_mode:
-        result["backup_file"] = write_atomic(module, path, after_text, backup=module.params["backup"])
+        result["backup_file"] = write_atomic(module, path, after_text, backup=module.params["backup"],
+                                             backup_dir=module.params["backup_dir"])
     module.exit_json(**result)
 
 
@@ -146,7 +153,7 @@ def configure_containerd(module, ctk):
                               after_header=CONTAINERD_DROPIN)
     if changed and not module.check_mode:
         if module.params["backup"] and os.path.exists(path):
-            result["backup_file"] = module.backup_local(path)
+            result["backup_file"] = backup_copy(path, module.params["backup_dir"])
         run = [c for c in cmd if c != "--dry-run"]
         rc, out, err = module.run_command(run)
         if rc != 0:
@@ -163,6 +170,7 @@ def main():
             cdi_enabled=dict(type="bool", default=False),
             keep_features=dict(type="bool", default=True),
             backup=dict(type="bool", default=True),
+            backup_dir=dict(type="path", default="/var/backups/gpuhost"),
             nvidia_ctk_path=dict(type="path"),
         ),
         supports_check_mode=True,

@@ -40,6 +40,12 @@ options:
     description: Keep a timestamped copy of the file before changing it.
     type: bool
     default: false
+  backup_dir:
+    description:
+      - Where backups go, under the file's own path (V(/var/backups/gpuhost/etc/docker/daemon.json.<UTC time>)),
+        outside the directory the file's readers scan.
+    type: path
+    default: /var/backups/gpuhost
 notes:
   - Supports check mode and diff mode. A file that cannot be parsed fails the task and is left untouched.
 """
@@ -92,6 +98,7 @@ def main():
             components=dict(type="list", elements="str", default=["contrib", "non-free", "non-free-firmware"]),
             anchor=dict(type="str", default="main"),
             backup=dict(type="bool", default=False),
+            backup_dir=dict(type="path", default="/var/backups/gpuhost"),
         ),
         supports_check_mode=True,
     )
@@ -112,7 +119,7 @@ def main():
     if module._diff:
         result["diff"] = dict(before=before, after=after, before_header=path, after_header=path)
     if changes and not module.check_mode:
-        backup = write_atomic(module, path, after, backup=p["backup"], mode=0o644)
+        backup = write_atomic(module, path, after, backup=p["backup"], mode=0o644, backup_dir=p["backup_dir"])
         if backup:
             result["backup_file"] = backup
     module.exit_json(**result)

@@ -150,42 +150,13 @@ ansible_facts:
           elements: str
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from ansible.module_utils.gpu_facts import HostIO, error_facts, gather
+    from ansible.module_utils.gpu_facts import ModuleHostIO, error_facts, gather
 except ImportError:  # run outside Ansible (unit tests put module_utils/ on sys.path)
-    from gpu_facts import HostIO, error_facts, gather
-
-# lspci lives in /usr/bin on Debian/Ubuntu but /sbin or /usr/sbin elsewhere.
-_EXTRA_BIN_DIRS = ["/usr/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/local/nvidia/bin"]
-
-
-class ModuleIO(HostIO):
-    """HostIO over AnsibleModule: commands with a timeout, C locale, never an exception."""
-
-    def __init__(self, module, timeout):
-        self.module = module
-        self.timeout = timeout
-        self.timeout_bin = module.get_bin_path("timeout")
-
-    def which(self, name):
-        return self.module.get_bin_path(name, opt_dirs=_EXTRA_BIN_DIRS)
-
-    def run(self, argv):
-        if self.timeout_bin:
-            argv = [self.timeout_bin, "-k", "5", str(self.timeout)] + list(argv)
-        try:
-            return self.module.run_command(argv, check_rc=False, environ_update={"LC_ALL": "C"},
-                                           errors="replace", handle_exceptions=False)
-        except (IOError, OSError) as exc:
-            return 127, "", "%s: %s" % (argv[0], exc)
-
-    def exists(self, path):
-        return os.path.exists(path)
-
+    from gpu_facts import ModuleHostIO, error_facts, gather
 
 ARGUMENT_SPEC = dict(
     nvidia_smi_path=dict(type="path"),
@@ -198,7 +169,7 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     if module.params["timeout"] <= 0:
         module.fail_json(msg="timeout must be a positive number of seconds, got %d" % module.params["timeout"])
-    io = ModuleIO(module, module.params["timeout"])
+    io = ModuleHostIO(module, module.params["timeout"])
     try:
         facts = gather(io, module.params["nvidia_smi_path"], module.params["proc_version_path"])
     except Exception as exc:  # a bug here must not fail the play; report it as the state

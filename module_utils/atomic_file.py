@@ -1,7 +1,13 @@
 # -*- coding: utf-8 -*-
 """Write a config file atomically with a backup, for the toolkit's modules (needs an AnsibleModule)."""
 import os
+import shutil
 import tempfile
+import time
+
+# Backups live outside the directories their tools read: dockerd reads /etc/docker, CDI reads every
+# spec in /etc/cdi, apt warns about every odd name in /etc/apt/sources.list.d.
+BACKUP_DIR = "/var/backups/gpuhost"
 
 
 def read_text(path):
@@ -13,8 +19,29 @@ def read_text(path):
         return None
 
 
-def write_atomic(module, path, text, backup=True, mode=0o644):
-    """Replace `path` with `text` in one rename; keep a timestamped backup of the old file.
+def backup_copy(path, backup_dir=BACKUP_DIR):
+    """Copy `path` (mode and times kept) to `backup_dir`/<path>.<UTC time>; return the copy's path.
+
+    The copy mirrors the file's own path (/var/backups/gpuhost/etc/docker/daemon.json.20261204T101500Z),
+    and a second backup in the same second gets -2, -3... rather than replacing the first.
+    """
+    base = "%s.%s" % (os.path.join(backup_dir, path.lstrip("/")), time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    os.makedirs(os.path.dirname(base), 0o750, exist_ok=True)
+    for number in range(1, 1000):
+        candidate = base if number == 1 else "%s-%d" % (base, number)
+        try:
+            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "wb") as target, open(path, "rb") as source:
+            shutil.copyfileobj(source, target)
+        shutil.copystat(path, candidate)
+        return candidate
+    raise OSError("no free backup name for %s under %s" % (path, backup_dir))
+
+
+def write_atomic(module, path, text, backup=True, mode=0o644, backup_dir=BACKUP_DIR):
+    """Replace `path` with `text` in one rename; keep a timestamped backup of the old file in `backup_dir`.
 
     An existing file keeps its owner and mode (atomic_move copies them); a new one gets `mode`.
     Returns the backup path, or None.
@@ -24,7 +51,7 @@ def write_atomic(module, path, text, backup=True, mode=0o644):
         os.makedirs(directory, 0o755)
     backup_file = None
     if backup and os.path.exists(path):
-        backup_file = module.backup_local(path)
+        backup_file = backup_copy(path, backup_dir)
     fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -38,9 +65,10 @@ def write_atomic(module, path, text, backup=True, mode=0o644):
     return backup_file
 
 
-def stage_copy(text, directory=None, suffix=".json"):
-    """A temporary file holding `text` (for validators that read a path); the caller removes it."""
-    fd, tmp = tempfile.mkstemp(suffix=suffix, dir=directory)
+def stage_copy(text, suffix=".json"):
+    """A temporary file (in the system's temp directory) holding `text`, for validators that read a path;
+    the caller removes it."""
+    fd, tmp = tempfile.mkstemp(prefix="gpuhost-", suffix=suffix)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
     return tmp

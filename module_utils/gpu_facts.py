@@ -42,7 +42,7 @@ class HostIO(object):
     """Host access for capture(); the module passes one backed by AnsibleModule.
 
     run(argv) -> (rc, stdout, stderr); which(name) -> path or None; read(path) -> text or
-    None; listdir(path) -> list or None; exists(path) -> bool.
+    None; listdir(path) -> list or None; exists(path) -> bool; stat(path) -> os.stat_result or None.
     """
 
     def run(self, argv):
@@ -66,6 +66,39 @@ class HostIO(object):
 
     def exists(self, path):
         return os.path.exists(path)
+
+    def stat(self, path):
+        try:
+            return os.stat(path)
+        except (IOError, OSError):
+            return None
+
+
+# Where the tools live besides PATH: lspci is in /usr/bin on Debian/Ubuntu but /sbin or /usr/sbin
+# elsewhere; NVIDIA's container images put nvidia-smi in /usr/local/nvidia/bin.
+EXTRA_BIN_DIRS = ["/usr/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/local/sbin", "/usr/local/nvidia/bin"]
+
+
+class ModuleHostIO(HostIO):
+    """The modules' read-only host access over an AnsibleModule: commands under `timeout` with the C
+    locale (parsers read English), never an exception."""
+
+    def __init__(self, module, timeout):
+        self.module = module
+        self.timeout = timeout
+        self.timeout_bin = module.get_bin_path("timeout")
+
+    def which(self, name):
+        return self.module.get_bin_path(name, opt_dirs=EXTRA_BIN_DIRS)
+
+    def run(self, argv):
+        if self.timeout_bin:
+            argv = [self.timeout_bin, "-k", "5", str(self.timeout)] + list(argv)
+        try:
+            return self.module.run_command(argv, check_rc=False, environ_update={"LC_ALL": "C"},
+                                           errors="replace", handle_exceptions=False)
+        except (IOError, OSError) as exc:
+            return 127, "", "%s: %s" % (argv[0], exc)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 """Parsers for host-side GPU evidence: /proc/driver/nvidia/version, `lspci -nn`, sysfs PCI
-attributes, `ubuntu-drivers devices` and `ubuntu-drivers list [--gpgpu]`.
+attributes and `ubuntu-drivers devices`.
 
 Pure stdlib, no Ansible imports. Every public parser returns plain data or raises
 HostParseError; nothing else escapes for any input.
@@ -238,35 +238,3 @@ def parse_ubuntu_drivers_devices(data):
     if not devices and _text(data).strip():
         raise HostParseError("no '== <sysfs path> ==' block or 'driver : <package>' line")
     return devices
-
-
-# ---------------------------------------------------------------------------------------------
-# ubuntu-drivers list [--gpgpu]
-#   nvidia-driver-580-server-open, (kernel modules provided by linux-modules-nvidia-580-server-open-generic)
-#   nvidia-driver-580-server
-
-# A package name has a '-' or ':' (nvidia-driver-580, nvidia:580-server); bare words are noise.
-_UD_LIST = re.compile(r"^([a-z0-9][a-z0-9.+]*[-:][a-z0-9.+:-]*)\s*(?:,\s*\(kernel modules provided by ([a-z0-9][a-z0-9.+-]*)\))?\s*$")
-
-
-def parse_ubuntu_drivers_list(data):
-    """`ubuntu-drivers list [--gpgpu]` -> [{package, kernel_modules_package, branch, server, open}]."""
-    drivers = []
-    for line in _text(data).split("\n"):
-        match = _UD_LIST.match(line.strip())
-        if not match:
-            continue
-        entry = {"package": match.group(1), "kernel_modules_package": match.group(2)}
-        entry.update(package_traits(match.group(1)))
-        drivers.append(entry)
-    return drivers
-
-
-def best_server_driver(drivers, need_open=False, min_branch=None):
-    """The highest-branch '-server' NVIDIA driver (open when need_open) from either parser's list."""
-    candidates = [d for d in drivers if d.get("branch") and d.get("server")
-                  and (d.get("open") or not need_open)
-                  and (min_branch is None or d["branch"] >= min_branch)]
-    if not candidates:
-        return None
-    return max(candidates, key=lambda d: (d["branch"], d.get("open", False)))["package"]

@@ -503,15 +503,6 @@ def _q_reasons(section):
     return active
 
 
-def parse_clocks_event_reasons(data):
-    """Active clock event (throttle) reasons from a -q text or an excerpt of it (grep -A8)."""
-    root = _q_tree(clean_text(data))
-    for node in root.walk():
-        if node.key.lower() in ("clocks event reasons", "clocks throttle reasons", "clocks_throttle_reasons"):
-            return _q_reasons(node)
-    raise ParseError("no 'Clocks Event Reasons' / 'Clocks Throttle Reasons' section")
-
-
 def _q_gpu(section, index, bus_id):
     gpu = _new_gpu(index)
     gpu["name"] = _value(section.get("Product Name"))

@@ -13,6 +13,9 @@ pytestmark = pytest.mark.skipif(not os.path.exists(ANSIBLE), reason="ansible not
 
 
 def run_module(args, *flags):
+    # Backups beside the test's file, never in this machine's /var/backups.
+    args = dict(args)
+    args.setdefault("backup_dir", os.path.join(os.path.dirname(os.path.dirname(args["path"])), "backups"))
     env = dict(os.environ, ANSIBLE_LIBRARY=os.path.join(ROOT, "library"),
                ANSIBLE_MODULE_UTILS=os.path.join(ROOT, "module_utils"),
                ANSIBLE_LOCALHOST_WARNING="False", ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
@@ -36,6 +39,10 @@ def test_merge_keeps_user_keys_backs_up_and_keeps_mode(tmp_path):
                     "features": {"buildkit": True, "cdi": True}, "bridge": "none"}
     assert os.stat(path).st_mode & 0o777 == 0o600
     assert res["backup_file"] and json.loads(open(res["backup_file"]).read())["features"] == {"buildkit": True}
+    # The backup mirrors the file's path under backup_dir; nothing but daemon.json is left beside it.
+    assert res["backup_file"].startswith(os.path.join(str(tmp_path.parent), "backups") + str(path) + ".")
+    assert os.stat(res["backup_file"]).st_mode & 0o777 == 0o600
+    assert os.listdir(tmp_path) == ["daemon.json"]
     again = run_module({"path": str(path), "options": {"features": {"cdi": True}, "bridge": "none"}, "validate": "never"})
     assert again["changed"] is False
 

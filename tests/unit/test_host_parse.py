@@ -110,13 +110,11 @@ def test_ubuntu_drivers_devices_aws_t4():
     server_open = next(d for d in dev["drivers"] if d["package"] == "nvidia-driver-580-server-open")
     assert (server_open["branch"], server_open["server"], server_open["open"]) == (580, True, True)
     assert server_open["source"] == "distro" and not server_open["free"]
-    assert h.best_server_driver(dev["drivers"], need_open=True) == "nvidia-driver-595-server-open"
 
 
 def test_ubuntu_drivers_devices_noise_and_manual_install():
     (p2200,) = h.parse_ubuntu_drivers_devices(load("ubuntu-drivers-devices_QuadroP2200_aplay-noise.txt"))
     assert p2200["recommended"] == "nvidia-driver-535" and p2200["device_id"] == "1c31"
-    assert h.best_server_driver(p2200["drivers"]) == "nvidia-driver-535-server"
     (gtx960,) = h.parse_ubuntu_drivers_devices(load("ubuntu-drivers-devices_GTX960_manual-install.txt"))
     assert gtx960["manual_install"] is True and len(gtx960["drivers"]) == 9
 
@@ -128,21 +126,3 @@ def test_ubuntu_drivers_devices_without_header():
     assert next(d for d in dev["drivers"] if d["package"] == "nvidia-384")["branch"] == 384
 
 
-def test_ubuntu_drivers_list_gpgpu():
-    drivers = h.parse_ubuntu_drivers_list(load("ubuntu-drivers-list-gpgpu_server.txt"))
-    assert [d["package"] for d in drivers] == ["nvidia-driver-535-server", "nvidia-driver-570-server",
-                                               "nvidia-driver-580-server"]
-    assert drivers[2]["kernel_modules_package"] == "linux-modules-nvidia-580-server-generic"
-    assert h.best_server_driver(drivers, min_branch=570) == "nvidia-driver-580-server"
-    assert h.best_server_driver(drivers, need_open=True) is None
-
-
-def test_ubuntu_drivers_list_plain_names_and_dkms():
-    drivers = h.parse_ubuntu_drivers_list(load("ubuntu-drivers-list_alienware_hwe-22.04.txt"))
-    assert [(d["branch"], d["server"], d["open"]) for d in drivers] == [
-        (535, True, False), (525, False, False), (545, False, False), (535, True, True)]
-    assert drivers[2]["kernel_modules_package"] == "nvidia-dkms-545"
-    plain = h.parse_ubuntu_drivers_list("nvidia-driver-580-server-open\nnvidia-driver-580-server\n")
-    assert [(d["package"], d["kernel_modules_package"]) for d in plain] == [
-        ("nvidia-driver-580-server-open", None), ("nvidia-driver-580-server", None)]
-    assert h.parse_ubuntu_drivers_list("No drivers found for installation.\n") == []

@@ -25,10 +25,9 @@ def _texts(directory):
 SMI_TEXTS = _texts(SMI)
 HOST_TEXTS = _texts(HOST)
 SMI_PARSERS = (n.facts_from_output, n.parse_xml, n.parse_q, n.parse_table, n.parse_query_gpu_csv,
-               n.parse_compute_apps_csv, n.parse_list, n.parse_version, n.parse_error,
-               n.parse_clocks_event_reasons)
+               n.parse_compute_apps_csv, n.parse_list, n.parse_version, n.parse_error)
 HOST_PARSERS = (host_parse.parse_proc_version, host_parse.parse_lspci,
-                host_parse.parse_ubuntu_drivers_devices, host_parse.parse_ubuntu_drivers_list)
+                host_parse.parse_ubuntu_drivers_devices)
 
 
 def _only_declared_errors(parsers, error, text):

@@ -1,4 +1,4 @@
-"""Report directories of concurrent runs (module_utils/atomic_file.new_run_dir): never shared."""
+"""Report directories of concurrent runs and backups (module_utils/atomic_file): never shared, never in the way."""
 import multiprocessing
 import os
 
@@ -28,3 +28,20 @@ def test_an_existing_directory_is_never_reused(tmp_path):
     (path / "summary.md").write_text("earlier run")
     assert atomic_file.new_run_dir(str(path)) == str(path) + "-2"
     assert (path / "summary.md").read_text() == "earlier run"
+
+
+def test_backups_mirror_the_path_outside_its_directory_and_never_replace_each_other(tmp_path):
+    original = tmp_path / "etc" / "cdi" / "nvidia.yaml"
+    original.parent.mkdir(parents=True)
+    original.write_text("cdiVersion: 0.5.0\n")
+    os.chmod(original, 0o640)
+    backups = str(tmp_path / "var" / "backups" / "gpuhost")
+    first = atomic_file.backup_copy(str(original), backups)
+    original.write_text("cdiVersion: 0.6.0\n")
+    second = atomic_file.backup_copy(str(original), backups)
+    assert first.startswith(backups + str(original) + ".") and first.endswith("Z")
+    assert second != first and open(first).read() == "cdiVersion: 0.5.0\n"
+    assert open(second).read() == "cdiVersion: 0.6.0\n"
+    assert os.stat(first).st_mode & 0o777 == 0o640
+    # Nothing new in the directory CDI reads: a second spec there would be read as one.
+    assert os.listdir(original.parent) == ["nvidia.yaml"]

@@ -22,8 +22,12 @@ def test_managed_keys_merged(host):
 
 def test_mode_kept_and_backup_made(host):
     assert host.file("/etc/docker/daemon.json").mode == 0o640
-    backups = host.check_output("ls /etc/docker").split()
-    assert any(name.startswith("daemon.json.") and name.endswith("~") for name in backups), backups
+    # The backup is kept under /var/backups/gpuhost at the file's own path; /etc/docker holds only
+    # what dockerd reads.
+    backups = host.check_output("ls /var/backups/gpuhost/etc/docker").split()
+    assert any(name.startswith("daemon.json.") and name.endswith("Z") for name in backups), backups
+    beside = [n for n in host.check_output("ls -A /etc/docker").split() if n.startswith((".", "daemon.json."))]
+    assert beside == [], beside
 
 
 def test_engine_runs_with_the_merged_settings(host):
