@@ -41,6 +41,15 @@ def test_cdi_spec_for_the_loaded_driver(host):
     assert "libcuda.so.580.95.05" not in spec and "libcuda.so.570.195.03" not in spec
 
 
+def test_regenerated_spec_left_only_itself_in_the_spec_directory(host):
+    # Specs replaced by the runs (two upgrades) are kept under /var/backups/gpuhost, where no CDI
+    # consumer reads them as specs; the toolkit's own refresh unit may have regenerated some first.
+    assert host.check_output("ls -A /etc/cdi").split() == ["nvidia.yaml"]
+    if host.file("/var/backups/gpuhost/etc/cdi").exists:
+        backups = host.check_output("ls /var/backups/gpuhost/etc/cdi").split()
+        assert all(name.startswith("nvidia.yaml.2") for name in backups), backups
+
+
 def test_runtime_registered_with_cdi(host):
     config = json.loads(host.file("/etc/docker/daemon.json").content_string)
     assert config["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
