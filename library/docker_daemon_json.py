@@ -20,6 +20,8 @@ description:
     engine has that flag (Docker 23+).
 version_added: "1.0.0"
 author: gpuhost
+extends_documentation_fragment:
+  - gpuhost_backup
 options:
   path:
     description: Path of daemon.json.
@@ -33,12 +35,6 @@ options:
     description: Keep a timestamped copy of the file before changing it.
     type: bool
     default: true
-  backup_dir:
-    description:
-      - Where backups go, under the file's own path (V(/var/backups/gpuhost/etc/docker/daemon.json.<UTC time>)),
-        outside the directory the file's readers scan.
-    type: path
-    default: /var/backups/gpuhost
   validate:
     description:
       - V(auto) validates with C(dockerd --validate) when the engine is installed and supports it;

@@ -19,6 +19,8 @@ description:
   - Reports specs of the same kind in a later CDI directory (C(/var/run/cdi)) that shadow O(output).
 version_added: "1.0.0"
 author: gpuhost
+extends_documentation_fragment:
+  - gpuhost_backup
 options:
   output:
     description: The managed spec.
@@ -39,12 +41,6 @@ options:
     description: Back up the previous spec before replacing it.
     type: bool
     default: true
-  backup_dir:
-    description:
-      - Where backups go, under the file's own path (V(/var/backups/gpuhost/etc/docker/daemon.json.<UTC time>)),
-        outside the directory the file's readers scan.
-    type: path
-    default: /var/backups/gpuhost
   nvidia_ctk_path:
     description: Path of nvidia-ctk; looked up on PATH when not given.
     type: path

@@ -19,6 +19,8 @@ description:
     C(imports) line in the main config; the module runs the tool only when that drop-in would change.
 version_added: "1.0.0"
 author: gpuhost
+extends_documentation_fragment:
+  - gpuhost_backup
 options:
   runtime:
     description: Engine to configure.
@@ -44,12 +46,6 @@ options:
     description: Back up the file before changing it.
     type: bool
     default: true
-  backup_dir:
-    description:
-      - Where backups go, under the file's own path (V(/var/backups/gpuhost/etc/docker/daemon.json.<UTC time>)),
-        outside the directory the file's readers scan.
-    type: path
-    default: /var/backups/gpuhost
   nvidia_ctk_path:
     description: Path of nvidia-ctk; looked up on PATH when not given.
     type: path

@@ -18,6 +18,8 @@ description:
     atomically and only when something changes.
 version_added: "1.0.0"
 author: gpuhost
+extends_documentation_fragment:
+  - gpuhost_backup
 options:
   path:
     description: deb822 sources file.
@@ -40,12 +42,6 @@ options:
     description: Keep a timestamped copy of the file before changing it.
     type: bool
     default: false
-  backup_dir:
-    description:
-      - Where backups go, under the file's own path (V(/var/backups/gpuhost/etc/docker/daemon.json.<UTC time>)),
-        outside the directory the file's readers scan.
-    type: path
-    default: /var/backups/gpuhost
 notes:
   - Supports check mode and diff mode. A file that cannot be parsed fails the task and is left untouched.
 """
