@@ -100,6 +100,13 @@ options:
         driver while the operator holds its packages fails, naming the packages, both versions and this option.
     type: bool
     default: false
+  sources_pending:
+    description:
+      - The apt sources the driver comes from are added by this same run, which is in check mode, so apt cannot
+        know their packages yet. When the sources hold no package of the branch, the plan is a prediction
+        (RV(predicted)) naming the packages and the branch instead of failing.
+    type: bool
+    default: false
 notes:
   - Supports check mode; it never changes the host.
   - Runs C(dpkg-query), C(apt-cache madison) and, for Ubuntu with O(branch=auto), C(ubuntu-drivers devices).
@@ -162,6 +169,10 @@ action:
   description: V(none), V(install), V(upgrade), V(downgrade) or V(change) (another branch or module flavour).
   returned: when query_host
   type: str
+predicted:
+  description: The plan is a prediction from names only (O(sources_pending)); RV(version) is then V(<branch>.*).
+  returned: when predicted
+  type: bool
 installed:
   description: The installed driver - C(package) (ships nvidia-smi), C(version), C(upstream), C(branch),
     C(kernel_modules), C(packages) (installed packages of that driver, what the role holds), C(held).
@@ -278,6 +289,7 @@ def main():
             nvidia_smi_path=dict(type="path", default="/usr/bin/nvidia-smi"),
             record_path=dict(type="path", default="/etc/ansible/facts.d/gpuhost.fact"),
             release_operator_holds=dict(type="bool", default=False),
+            sources_pending=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -285,7 +297,7 @@ def main():
     request = {"style": p["package_style"], "flavor": p["flavor"], "kernel_modules": p["kernel_modules"],
                "branch": p["branch"], "version": p["version"] or "", "upgrade": p["upgrade"],
                "debian_packages": p["debian_packages"], "debian_kernel_packages": p["debian_kernel_packages"],
-               "extra_packages": p["extra_packages"]}
+               "extra_packages": p["extra_packages"], "sources_pending": p["sources_pending"]}
     gpus = gpu_summary(p["pci_devices"])
     try:
         if not p["query_host"]:

@@ -425,6 +425,9 @@ def resolve_branch(request, pre, gpus, installed, query):
         return installed["branch"], "the installed driver (%s); auto never changes branch" % installed["upstream"]
     if request["style"] == "ubuntu":
         text = query.ubuntu_drivers()
+        if text is None and request.get("sources_pending") and floor:
+            return floor, ("ubuntu-drivers' recommendation once the run installs ubuntu-drivers-common, at least "
+                           "branch %d for these GPUs (check mode)" % floor)
         if text is None:
             raise DriverChoiceError("nvidia_driver_branch is auto but ubuntu-drivers is not installed "
                                     "(package ubuntu-drivers-common); install it or set nvidia_driver_branch")
@@ -432,6 +435,9 @@ def resolve_branch(request, pre, gpus, installed, query):
     main = top_packages(request, 0, pre["kernel_modules"])[0]
     versions = query.madison([main]).get(main, [])
     newest = _newest(versions)
+    if (not newest or not version_branch(newest)) and request.get("sources_pending") and floor:
+        return floor, ("newest %s of the apt sources this run adds, at least branch %d for these GPUs "
+                       "(check mode cannot read those sources yet)" % (main, floor))
     if not newest or not version_branch(newest):
         raise DriverChoiceError("nvidia_driver_branch is auto but no %s package is in the apt sources "
                                 "(enable non-free, or set nvidia_driver_repositories)" % main)
@@ -460,6 +466,8 @@ def plan(request, gpus, query):
     version (upstream wanted), package_version (main package's full version), install (apt specs
     name=version), action (none|install|upgrade|downgrade|change), installed (see installed_driver),
     available (versions of the main package in the branch), unattended_upgrades.
+    With request["sources_pending"] (a check run that adds the sources itself) and no package in the
+    sources yet, the plan is a prediction (predicted: True, version "<branch>.*").
     Raises DriverChoiceError naming the GPU, the branch and the fix.
     """
     pre = precheck(request, gpus)
@@ -496,6 +504,8 @@ def plan(request, gpus, query):
                   else _pick(available, installed["upstream"]) or (available[0] if available else None))
     else:
         wanted = available[0] if available else None
+    if wanted is None and request.get("sources_pending"):
+        return _predicted_plan(request, pre, branch, source, modules, packages, installed, dpkg)
     if wanted is None:
         raise DriverChoiceError(
             "no %s package (branch %d) is in the apt sources; %s" % (
@@ -526,6 +536,27 @@ def plan(request, gpus, query):
         "packages": packages, "main_package": main, "version": upstream, "package_version": wanted,
         "install": [p["spec"] for p in install], "package_versions": install, "action": action,
         "installed": installed, "available": available,
+        "unattended_upgrades": bool(dpkg.get("unattended-upgrades", {}).get("installed")),
+    }
+
+
+def _predicted_plan(request, pre, branch, source, modules, packages, installed, dpkg):
+    """The plan of a check run whose apt sources are not on the host yet (they are added by the same run):
+    the packages are known by name, their version only once apt has read the new sources."""
+    exact_branch = pre["branch"] is not None or request["style"] == "ubuntu" or installed["branch"] == branch
+    upstream = request.get("version") or ("%d.*" % branch if exact_branch else ">=%d" % branch)
+    install = [{"name": name, "version": None, "spec": name,
+                "installed": dpkg.get(name, {}).get("version") if dpkg.get(name, {}).get("installed") else None}
+               for name in packages]
+    return {
+        "branch": branch, "branch_source": source, "min_branch": pre["min_branch"],
+        "kernel_modules": modules, "kernel_modules_reason": pre["kernel_modules_reason"],
+        "packages": packages, "main_package": packages[0], "version": upstream, "package_version": None,
+        "install": [p["spec"] for p in install], "package_versions": install,
+        "action": "install" if not installed["upstream"] else "change",
+        "installed": installed, "available": [], "predicted": True,
+        "predicted_reason": "the apt sources this run adds are not on the host yet (check mode): the newest "
+                            "package of branch %s they offer" % upstream.replace(".*", ""),
         "unattended_upgrades": bool(dpkg.get("unattended-upgrades", {}).get("installed")),
     }
 

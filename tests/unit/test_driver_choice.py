@@ -312,6 +312,22 @@ def test_no_driver_in_the_sources():
         dc.plan(request(), gpus_of(BLACKWELL), Query(fresh_dpkg(), ""))
 
 
+def test_check_run_before_its_sources_exist_predicts_by_name():
+    # A fresh Debian host in --check: non-free is enabled and the repository added only in the prediction,
+    # so apt knows no driver yet; the plan names the packages of the branch instead of failing.
+    result = dc.plan(request(sources_pending=True), gpus_of(BLACKWELL), Query(fresh_dpkg(), ""))
+    assert result["predicted"] is True and result["action"] == "install"
+    # Debian's package names carry no branch: at least the one Blackwell needs, whichever the sources offer.
+    assert result["branch"] == 570 and result["version"] == ">=570"
+    assert result["kernel_modules"] == "open" and "nvidia-open-kernel-dkms" in result["install"]
+    assert all("=" not in spec for spec in result["install"])
+    # With sources present, the same request is not a prediction.
+    assert "predicted" not in dc.plan(request(sources_pending=True), gpus_of(BLACKWELL), Query(fresh_dpkg(), MADISON))
+    # An explicit branch is named as such.
+    assert dc.plan(request(branch="580", sources_pending=True), gpus_of(BLACKWELL),
+                   Query(fresh_dpkg(), ""))["version"] == "580.*"
+
+
 # --- The plan (Ubuntu style) -------------------------------------------------------------------------
 
 # Constructed in apt-cache madison's format (as the Debian capture above), with Ubuntu's version scheme.
