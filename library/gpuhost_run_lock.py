@@ -177,8 +177,9 @@ def main():
 
     started = time.time()
     taken_over = None
-    if not module.check_mode and not os.path.isdir(os.path.dirname(path)):
-        os.makedirs(os.path.dirname(path), 0o755)
+    # exist_ok: two runs that start together may both make it.
+    if not module.check_mode:
+        os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
     while True:
         now = time.time()
         if not module.check_mode and create(path, lock_record(run, now)):

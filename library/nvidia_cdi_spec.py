@@ -175,8 +175,7 @@ def main():
             result["diff"] = dict(before=before_text or "", after=fresh_text if changed else (before_text or ""),
                                   before_header=output, after_header=output)
         if changed and not module.check_mode:
-            if not os.path.isdir(directory):
-                os.makedirs(directory, 0o755)
+            os.makedirs(directory, 0o755, exist_ok=True)
             if module.params["backup"] and before_text is not None:
                 result["backup_file"] = backup_copy(output, module.params["backup_dir"])
             os.chmod(fresh_path, 0o644)

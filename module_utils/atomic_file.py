@@ -47,8 +47,7 @@ def write_atomic(module, path, text, backup=True, mode=0o644, backup_dir=BACKUP_
     Returns the backup path, or None.
     """
     directory = os.path.dirname(path) or "."
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
+    os.makedirs(directory, 0o755, exist_ok=True)
     backup_file = None
     if backup and os.path.exists(path):
         backup_file = backup_copy(path, backup_dir)
@@ -81,8 +80,8 @@ def new_run_dir(path, attempts=1000):
     Returns the path created.
     """
     parent = os.path.dirname(path.rstrip("/")) or "."
-    if not os.path.isdir(parent):
-        os.makedirs(parent, 0o755)
+    # exist_ok: two runs may both find the parent missing and make it at once.
+    os.makedirs(parent, 0o755, exist_ok=True)
     for number in range(1, attempts + 1):
         candidate = path if number == 1 else "%s-%d" % (path, number)
         try:
