@@ -202,7 +202,8 @@ ENTRIES = (
     _e("cuda_unknown_error", "driver", r"error code unknown error\)|cudaErrorUnknown|\bcode=(?:30|999)\b",
        "CUDA could not initialise in the container (cudaErrorUnknown): most often /dev/nvidia-uvm is missing "
        "or not accessible (nvidia-uvm not loaded), else a GPU fault (an Xid in the kernel log)",
-       "load nvidia-uvm and make its nodes: `nvidia-modprobe -u -c=0` (or reboot); `ls -l /dev/nvidia-uvm`; "
+       "load nvidia-uvm and make its nodes: `nvidia-ctk system create-device-nodes --control-devices "
+       "--load-kernel-modules` (or `nvidia-modprobe -u -c=0`, or reboot); `ls -l /dev/nvidia-uvm`; "
        "read `journalctl -k -b | grep -i xid`", REPAIR_DRIVER, scopes={"cuda": "unknown_error"},
        gate=("unknown error", "cudaerrorunknown", "code=")),
     _e("driver_libraries_missing", "driver",

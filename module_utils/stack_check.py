@@ -890,8 +890,9 @@ def mig_decides(cuda_probe, hardware):
     return dict(cuda_probe, summary="CUDA fails in a --gpus all container: %s %s MIG mode on and the container "
                                     "gets no MIG device (vectorAdd: %s)"
                                     % (names, "has" if len(mig) == 1 else "have", cuda_probe["data"].get("line")),
-                remedy="give containers MIG devices (`--device nvidia.com/gpu=%s:0`, MIG layouts) or turn MIG off "
-                       "(`nvidia-smi -i %s -mig 0`, then reset the GPU)" % (mig[0]["index"], mig[0]["index"]),
+                remedy="give containers MIG devices (`--device nvidia.com/gpu=%s:0`, MIG layouts) or turn MIG off: "
+                       "`nvidia-smi -i %s -mig 0` (a GPU in use keeps the change pending until it is idle and reset, "
+                       "or a reboot)" % (mig[0]["index"], ",".join(str(g["index"]) for g in mig)),
                 data=dict(cuda_probe["data"], mig_gpus=[g["index"] for g in mig]))
 
 
@@ -906,8 +907,9 @@ def uvm_decides(device_nodes, cuda_probe):
     return result("device_nodes", "driver", "fail",
                   "missing %s: every CUDA program in a container fails (vectorAdd: %s)"
                   % (", ".join(missing), cuda_probe["data"].get("line")),
-                  remedy="load nvidia-uvm and make its nodes: `nvidia-modprobe -u -c=0` (or reboot); if it will not "
-                         "load, read `journalctl -k -b | grep -i nvidia`",
+                  remedy="load nvidia-uvm and make its nodes: `nvidia-ctk system create-device-nodes --control-devices "
+                         "--load-kernel-modules` (or `nvidia-modprobe -u -c=0` where nvidia-modprobe is installed); "
+                         "if it will not load, read `journalctl -k -b | grep -i nvidia`",
                   ev=evidence(device_nodes["evidence"]["command"],
                               device_nodes["evidence"]["lines"] + [cuda_probe["data"].get("line")]),
                   data=dict(device_nodes["data"], cuda_probe=cuda_probe["data"].get("line")))

@@ -704,7 +704,7 @@ def test_missing_uvm_node_with_cuda_failing_is_the_drivers_failure():
     assert nodes_check["status"] == "fail"
     assert "missing /dev/nvidia-uvm, /dev/nvidia-uvm-tools: every CUDA program in a container fails" \
         in nodes_check["summary"]
-    assert "nvidia-modprobe -u -c=0" in out["message"]
+    assert "nvidia-ctk system create-device-nodes --control-devices --load-kernel-modules" in out["message"]
     assert "Failed to allocate device vector A (error code unknown error)!" in nodes_check["evidence"]["lines"]
 
 

@@ -1142,6 +1142,7 @@ def cmd_create_device_nodes(args, log, stdout, env):
         nodes = [("nvidiactl", _cdi.NVIDIA_MAJOR, _cdi.NVIDIACTL_MINOR),
                  ("nvidia-modeset", _cdi.NVIDIA_MAJOR, _cdi.MODESET_MINOR),
                  ("nvidia-uvm", uvm, 0), ("nvidia-uvm-tools", uvm, 1)]
+        made = []
         for name, major, minor in nodes:
             path = os.path.join(o["dev-root"], "dev", name)
             if o["dry-run"]:
@@ -1156,6 +1157,14 @@ def cmd_create_device_nodes(args, log, stdout, env):
             except OSError as exc:
                 raise CtkError("failed to create NVIDIA control device nodes: failed to create device node %s: %s"
                                % (name, _go_errno(exc)))
+            made.append(name)
+        # The missing_device_node fault stands for "nothing made this node this boot"; once made, containers
+        # get it (libnvidia-container finds the host's node).
+        if made and _cdi._state_mod is not None:
+            def clear(s):
+                s["faults"]["missing_device_nodes"] = [n for n in s["faults"]["missing_device_nodes"]
+                                                       if n not in made]
+            _cdi._state_mod.update(clear)
     return 0
 
 

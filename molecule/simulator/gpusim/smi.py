@@ -10,9 +10,10 @@ Every form is rendered from a real capture used as a template (corpus nvidia_smi
   --version         580.x form (`NVIDIA-SMI version  : ...`, `CUDA Version        : ...`); 610+ form 026
   errors            029/030 (NVML mismatch, exit 18), 032 (no driver communication, exit 9)
 Other real texts (public captures, quoted in comments where used): `Field "x" is not a valid field to query.`
-(exit 2), -pm messages, `No devices were found` (exit 6), `Invalid combination of input arguments.`
+(exit 2), -pm messages, -mig messages (MIG user guide: `Disabled MIG Mode for GPU 00000000:36:00.0`, `All done.`),
+`No devices were found` (exit 6), `Invalid combination of input arguments.`
 
-Exit codes follow nvidia-smi(1) RETURN VALUE: 0 ok, 2 invalid argument, 4 no permission, 6 not found,
+Exit codes follow nvidia-smi(1) RETURN VALUE: 0 ok, 2 invalid argument, 3 not supported, 4 no permission, 6 not found,
 9 driver not loaded, 15 GPU lost, 18 (NVML_ERROR_LIB_RM_VERSION_MISMATCH) driver/library mismatch.
 """
 import os
@@ -27,6 +28,7 @@ from . import state as st
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 
 RC_OK, RC_INVALID, RC_NOPERM, RC_NOTFOUND, RC_NODRIVER, RC_LOST, RC_MISMATCH = 0, 2, 4, 6, 9, 15, 18
+RC_NOTSUPPORTED = 3
 
 MSG_NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
                  "Make sure that the latest NVIDIA driver is installed and running.")
@@ -538,6 +540,35 @@ class Smi:
         out.append("All done.")
         return "\n".join(out) + "\n", RC_OK
 
+    # ----- -mig --------------------------------------------------------------------------------
+    def set_mig(self, views, enable, path):
+        """`nvidia-smi [-i N] -mig 0|1`: the texts of NVIDIA's MIG user guide ("Enabled MIG Mode for GPU
+        00000000:36:00.0", "All done."). The mode takes effect at once (bare metal, idle GPU); a GPU without
+        MIG answers as -pm does for a refused GPU, with NVML's "Not Supported" (exit 3)."""
+        if self.euid != 0:
+            out = ["Unable to %s MIG Mode for GPU %s: Insufficient Permissions"
+                   % ("enable" if enable else "disable", views[0]["pci_bus_id"]),
+                   "Terminating early due to previous errors."]
+            return "\n".join(out) + "\n", RC_NOPERM
+        out = []
+        for v in views:
+            if not v["mig_capable"]:
+                out.append("Unable to %s MIG Mode for GPU %s: Not Supported"
+                           % ("enable" if enable else "disable", v["pci_bus_id"]))
+                out.append("Terminating early due to previous errors.")
+                return "\n".join(out) + "\n", RC_NOTSUPPORTED
+        targets = {v["gpu"]["uuid"] for v in views}
+        for v in views:
+            out.append("%s MIG Mode for GPU %s" % ("Enabled" if enable else "Disabled", v["pci_bus_id"]))
+
+        def apply(s):
+            for g in s["gpus"]:
+                if g["uuid"] in targets:
+                    g["mig_mode"] = enable
+        st.update(apply, path)
+        out.append("All done.")
+        return "\n".join(out) + "\n", RC_OK
+
     # ----- --version --------------------------------------------------------------------------
     def version_text(self):
         if self.branch >= 610:     # 026
@@ -661,6 +692,7 @@ class _Args:
         self.query_apps = None
         self.fmt = None
         self.pm = None
+        self.mig = None
 
 
 def parse_args(argv):
@@ -713,6 +745,14 @@ def parse_args(argv):
                 a.pm = True
             elif v in ("0", "DISABLED"):
                 a.pm = False
+            else:
+                raise ValueError(name)
+        elif name in ("-mig", "--multi-instance-gpu"):
+            v = value(name).strip().upper()
+            if v in ("1", "ENABLED"):
+                a.mig = True
+            elif v in ("0", "DISABLED"):
+                a.mig = False
             else:
                 raise ValueError(name)
         elif arg.startswith("-i") and len(arg) > 2 and arg[2:].replace(",", "").isdigit():
@@ -789,6 +829,8 @@ nvidia-smi [OPTION1 [ARG1]] [OPTION2 [ARG2]] ...
   DEVICE MODIFICATION OPTIONS:
 
     -pm,  --persistence-mode=   Set persistence mode: 0/DISABLED, 1/ENABLED
+    -mig  --multi-instance-gpu= Enable or disable Multi Instance GPU: 0/DISABLED, 1/ENABLED
+                                Requires root.
 """
 
 
@@ -843,6 +885,8 @@ def run(argv, state_path=None, now=None, euid=None):
         return MSG_NO_DEVICES + "\n", RC_NOTFOUND
     if args.pm is not None:
         return smi.set_persistence(views, args.pm, state_path)
+    if args.mig is not None:
+        return smi.set_mig(views, args.mig, state_path)
     if args.query_gpu is not None:
         return smi.query_gpu(views, args.query_gpu, args.fmt)
     if args.query_apps is not None:

@@ -643,3 +643,18 @@ def test_containerd_before_1_18_rewrites_the_top_level_config(tmp_path):
     rc, _out, err = run(["runtime", "configure", "--runtime=containerd", "--drop-in-config=/x.toml"],
                         version="1.17.8")
     assert rc == 1 and untimed(err)[-1] == 'level=error msg="flag provided but not defined: -drop-in-config"'
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_create_device_nodes_makes_a_missing_uvm_node_and_the_fault_ends(tmp_path, state_env):
+    # The fault "nothing made /dev/nvidia-uvm this boot" ends once the toolkit makes it (the remedy the
+    # stack check names), so containers get the node again.
+    make_state(state_env, version="580.95.05")
+    s = json.loads(state_env.read_text())
+    s.setdefault("faults", {})["missing_device_nodes"] = ["nvidia-uvm", "nvidia1"]
+    state_env.write_text(json.dumps(s))
+    (tmp_path / "dev").mkdir()
+    rc, _o, _e = run(["system", "create-device-nodes", "--control-devices", "--load-kernel-modules",
+                      "--dev-root=%s" % tmp_path])
+    assert rc == 0 and stat.S_ISCHR(os.stat(str(tmp_path / "dev" / "nvidia-uvm")).st_mode)
+    assert json.loads(state_env.read_text())["faults"]["missing_device_nodes"] == ["nvidia1"]

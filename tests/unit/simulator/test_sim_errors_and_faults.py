@@ -234,3 +234,23 @@ def test_init_cli(tmp_path):
     assert s["repo_branches"] == ["570", "580", "590"] and st.driver_state(s) == "ok"
     _ctl(p, "set", "gpus.0.temperature_c", "81")
     assert st.load(str(p))["gpus"][0]["temperature_c"] == 81
+
+
+def test_mig_mode_on_and_off(tmp_path):
+    # NVIDIA MIG user guide: "Disabled MIG Mode for GPU 00000000:36:00.0" then "All done."
+    p = tmp_path / "s.json"
+    make_state(p, models=("rtx-pro-6000-bse", "h100"))
+    out, rc = run_smi(p, "-i", "1", "-mig", "1", euid=1000)
+    assert rc == 4 and "Insufficient Permissions" in out
+    assert run_smi(p, "-i", "1", "-mig", "1") == ("Enabled MIG Mode for GPU 00000000:31:00.0\nAll done.\n", 0)
+    assert [g["mig_mode"] for g in dump(p)["gpus"]] == [False, True]
+    out, _ = run_smi(p, "--query-gpu=mig.mode.current", "--format=csv,noheader")
+    assert out == "Disabled\nEnabled\n"
+    assert run_smi(p, "-mig", "0") == ("Disabled MIG Mode for GPU 00000000:17:00.0\n"
+                                       "Disabled MIG Mode for GPU 00000000:31:00.0\nAll done.\n", 0)
+    assert [g["mig_mode"] for g in dump(p)["gpus"]] == [False, False]
+    assert run_smi(p, "-mig", "2")[1] == 2
+    make_state(p, models=("l4",))
+    out, rc = run_smi(p, "-mig", "1")
+    assert rc == 3 and out.startswith("Unable to enable MIG Mode for GPU ") and "Not Supported" in out
+    assert dump(p)["gpus"][0]["mig_mode"] is False
