@@ -153,21 +153,24 @@ def seed_image():
         run([molecule, "destroy", "-s", SCENARIO], check=False)
 
 
-def start_clones(count, workdir, names):
-    """Starts the clones, appending each to `names` as it starts (so a failure still removes it)."""
+def start_clones(count, workdir, names, image=IMAGE, prefix=PREFIX, converged=True):
+    """Starts the clones, appending each to `names` as it starts (so a failure still removes it).
+    A converged clone also gets its inner dockerd waited for and the check image loaded."""
     args, command = platform_args()
-    for name in ["%s%02d" % (PREFIX, i) for i in range(1, count + 1)]:
-        docker("run", "-d", "--name", name, "--hostname", name, *args, IMAGE, command)
+    for name in ["%s%02d" % (prefix, i) for i in range(1, count + 1)]:
+        docker("run", "-d", "--name", name, "--hostname", name, *args, image, command)
         names.append(name)
     for name in names:
         # systemd up (degraded is fine), the inner dockerd answering, then its check image.
         docker("exec", name, "timeout", "180", "systemctl", "is-system-running", "--wait", check=False)
+        if not converged:
+            continue
         # Sixteen systemd+dockerd targets booting at once on two cores take minutes.
         deadline = time.monotonic() + 900
         while docker("exec", name, "docker", "info", check=False).returncode != 0 and time.monotonic() < deadline:
             time.sleep(2)
         docker("exec", name, "docker", "load", "-i", "/var/lib/gpuhost/images/gpuhost-cuda-check.tar")
-    inventory = os.path.join(workdir, "inventory-%d" % count)
+    inventory = os.path.join(workdir, "inventory-%s%d" % (prefix, count))
     os.makedirs(os.path.join(inventory, "group_vars"))
     hosts = {name: {"ansible_connection": "community.docker.docker",
                     "ansible_docker_extra_args": "-H=%s" % DOCKER_HOST} for name in names}
