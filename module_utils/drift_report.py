@@ -2,7 +2,8 @@
 """Fleet summary of a drift run: per host and layer, the state before and after, what was repaired
 and what remains. Markdown and a self-contained HTML page. Pure stdlib, no Ansible imports.
 
-Input: {host: {"before": gpuhost_drift result, "after": gpuhost_drift result, "check_mode": bool}}, or
+Input: {host: {"before": gpuhost_drift result, "after": gpuhost_drift result, "check_mode": bool,
+"repair_failed"/"skipped": the rollout's message where the repair failed or was not run}}, or
 {"unreachable": True, "msg": ...} for a host that could not be checked. Text from hosts is untrusted
 and escaped exactly as in the diagnosis summaries (report_render).
 """
@@ -33,7 +34,14 @@ def host_outcome(entry):
                 repaired.append("%s: %s" % (layer, f["message"]))
         for f in (after.get("layers") or {}).get(layer, {}).get("findings", []):
             remaining.append("%s: %s" % (layer, f["message"]))
-    if remaining:
+    # The rollout's verdicts: a repair that failed, or a host left as found after an earlier batch failed.
+    if entry.get("repair_failed"):
+        remaining.insert(0, "repair failed: %s" % entry["repair_failed"])
+        outcome = "repair failed"
+    elif entry.get("skipped"):
+        remaining.insert(0, entry["skipped"])
+        outcome = "not repaired"
+    elif remaining:
         outcome = "drift"
     elif repaired:
         outcome = "repaired"

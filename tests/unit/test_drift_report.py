@@ -43,3 +43,17 @@ def test_unreachable_host_is_not_clean():
     assert host_outcome(results["gone"])["outcome"] == "unreachable"
     assert exit_ok(results) is False
     assert "ssh: connect timed out" in render_markdown(results)
+
+
+def test_rollout_verdicts_failed_repair_and_host_left_as_found():
+    before = compare(RECORD, stack("580.105.08", failing=("container",)), {})
+    results = {"gpu-a": {"before": before, "after": before, "check_mode": False,
+                         "repair_failed": "the repair left cdi_stale"},
+               "gpu-b": {"before": before, "after": before, "check_mode": False,
+                         "skipped": "rollout stopped: the repair of gpu-a failed; this host was left as found"}}
+    assert host_outcome(results["gpu-a"])["outcome"] == "repair failed"
+    assert host_outcome(results["gpu-a"])["remaining"][0] == "repair failed: the repair left cdi_stale"
+    assert host_outcome(results["gpu-b"])["outcome"] == "not repaired"
+    assert exit_ok(results) is False
+    md = render_markdown(results)
+    assert "rollout stopped: the repair of gpu-a failed" in md and "**repair failed**" in md
