@@ -88,18 +88,27 @@ options:
     default: /usr/bin/nvidia-smi
   record_path:
     description:
-      - The host's record (local facts file); the C(held_by_gpuhost) of its C(driver) section tells which
+      - "The host's record (local facts file); the C(held_by_gpuhost) of its C(driver) section tells which
         holds gpuhost made. Any other hold on a driver package is the operator's. Read from the file, so
-        it also works with C(gather_facts: false).
+        it also works with C(gather_facts: false)."
       - Records older than C(held_by_gpuhost) count their C(packages) as held by gpuhost.
     type: path
     default: /etc/ansible/facts.d/gpuhost.fact
   release_operator_holds:
     description:
-      - Whether a driver change may release holds the operator made. When false, a plan that changes the
-        driver while the operator holds its packages fails, naming the packages, both versions and this option.
+      - Whether a driver change may release holds the operator made, and override the apt pins the operator
+        wrote. When false, a plan that changes the driver while the operator holds its packages, or while a
+        preferences file other than O(pin_path) pins them to another version (or bars the planned one), fails,
+        naming the packages, both versions (the pin file) and this option.
     type: bool
     default: false
+  pin_path:
+    description:
+      - gpuhost's own apt preferences file for the driver (the role's C(nvidia_driver_apt_pin_path)). Every
+        other file apt reads pins from - C(/etc/apt/preferences) and the files of C(/etc/apt/preferences.d)
+        apt accepts (no extension or C(.pref); alphanumerics, C(-), C(_), C(.) in the name) - is the operator's.
+    type: path
+    default: /etc/apt/preferences.d/gpuhost-nvidia-driver.pref
   sources_pending:
     description:
       - The apt sources the driver comes from are added by this same run, which is in check mode, so apt cannot
@@ -109,7 +118,10 @@ options:
     default: false
 notes:
   - Supports check mode; it never changes the host.
-  - Runs C(dpkg-query), C(apt-cache madison) and, for Ubuntu with O(branch=auto), C(ubuntu-drivers devices).
+  - Runs C(dpkg-query), C(apt-cache madison) and, for Ubuntu with O(branch=auto), C(ubuntu-drivers devices);
+    reads the apt preferences files.
+  - Only version pins, and negative pins on every source (release C(*)), count as standing in the way;
+    other release and origin pins choose where a version comes from. C(src:) patterns are not matched.
 """
 
 EXAMPLES = r"""
@@ -192,6 +204,18 @@ holds:
   returned: when query_host
   type: dict
   sample: {ours: [], operator: [nvidia-driver-570-server]}
+operator_pins:
+  description:
+    - The stanzas of apt preferences files other than O(pin_path) that stand in the way of the planned change
+      (empty when RV(action) is V(none)) - C(file), C(line), C(packages) (the driver packages they match),
+      C(patterns), C(pin), C(priority), C(effect) (V(pinned) to another version, or V(barred) the planned
+      one) and C(wanted) (the version compared).
+  returned: when query_host
+  type: list
+  elements: dict
+  sample: [{file: /etc/apt/preferences.d/operator-nvidia, line: 1, packages: [nvidia-driver-580-server-open],
+            patterns: [nvidia-*], pin: version 580.105.08*, priority: 1001, effect: pinned,
+            wanted: 580.95.05-0ubuntu0.24.04.1}]
 unattended_upgrades:
   description: Whether the unattended-upgrades package is installed.
   returned: when query_host
@@ -204,17 +228,20 @@ gpus:
 """
 
 import json
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 
 try:
     from ansible.module_utils.driver_choice import (
-        DriverChoiceError, gpu_summary, hold_owners, operator_hold_error, parse_dpkg_query, parse_dpkg_search,
-        parse_madison, plan, precheck, reboot_decision, verify_installed)
+        PREFERENCES, PREFERENCES_PARTS, DriverChoiceError, gpu_summary, hold_owners, operator_hold_error,
+        operator_pin_error, operator_pins, parse_dpkg_query, parse_dpkg_search, parse_madison, plan, precheck,
+        preference_files, reboot_decision, verify_installed)
 except ImportError:  # unit tests put module_utils/ on sys.path
     from driver_choice import (
-        DriverChoiceError, gpu_summary, hold_owners, operator_hold_error, parse_dpkg_query, parse_dpkg_search,
-        parse_madison, plan, precheck, reboot_decision, verify_installed)
+        PREFERENCES, PREFERENCES_PARTS, DriverChoiceError, gpu_summary, hold_owners, operator_hold_error,
+        operator_pin_error, operator_pins, parse_dpkg_query, parse_dpkg_search, parse_madison, plan, precheck,
+        preference_files, reboot_decision, verify_installed)
 
 _C = {"LC_ALL": "C", "LANG": "C"}
 
@@ -254,6 +281,23 @@ class HostQuery(object):
             return None
         return self._run([tool, "devices"])[1]
 
+    def preferences(self):
+        """[(path, text)] of the apt preferences files apt reads (regular files, or links to one)."""
+        try:
+            names = os.listdir(PREFERENCES_PARTS)
+        except (FileNotFoundError, NotADirectoryError):
+            names = []
+        files = []
+        for path in preference_files(names, PREFERENCES, PREFERENCES_PARTS):
+            if not os.path.isfile(path):
+                continue
+            try:
+                with open(path, "r", encoding="utf-8", errors="replace") as handle:
+                    files.append((path, handle.read()))
+            except OSError as exc:
+                self.module.fail_json(msg="nvidia_driver: cannot read the apt preferences file %s (%s)" % (path, exc))
+        return files
+
 
 def read_driver_record(module, path):
     """The record's driver section, or None when there is no record."""
@@ -290,6 +334,7 @@ def main():
             record_path=dict(type="path", default="/etc/ansible/facts.d/gpuhost.fact"),
             release_operator_holds=dict(type="bool", default=False),
             sources_pending=dict(type="bool", default=False),
+            pin_path=dict(type="path", default="/etc/apt/preferences.d/gpuhost-nvidia-driver.pref"),
         ),
         supports_check_mode=True,
     )
@@ -302,14 +347,17 @@ def main():
     try:
         if not p["query_host"]:
             module.exit_json(changed=False, gpus=gpus, **precheck(request, gpus))
-        result = plan(request, gpus, HostQuery(module))
+        query = HostQuery(module)
+        result = plan(request, gpus, query)
+        result["operator_pins"] = operator_pins(query.preferences(), p["pin_path"], result)
     except DriverChoiceError as exc:
         module.fail_json(msg="nvidia_driver: %s" % exc, gpus=gpus)
     installed = result["installed"]
     result["holds"] = hold_owners(installed, read_driver_record(module, p["record_path"]))
-    refusal = operator_hold_error(result, result["holds"]["operator"])
-    if refusal and not p["release_operator_holds"]:
-        module.fail_json(msg="nvidia_driver: %s" % refusal, gpus=gpus, **result)
+    refusals = [r for r in (operator_hold_error(result, result["holds"]["operator"]),
+                            operator_pin_error(result, result["operator_pins"])) if r]
+    if refusals and not p["release_operator_holds"]:
+        module.fail_json(msg="nvidia_driver: %s" % ". Also: ".join(refusals), gpus=gpus, **result)
     result["verify_errors"] = verify_installed(result, installed) if result["action"] == "none" else []
     if p["gpu_facts"] is not None:
         result["reboot"] = reboot_decision(installed["upstream"], installed["kernel_modules"], p["gpu_facts"])

@@ -54,6 +54,21 @@ def _fields(lines, start, end):
     return fields
 
 
+def paragraphs(text):
+    """[(first line number, {lower-case field: value})] of every deb822 paragraph that is not only comments.
+
+    Also reads apt_preferences(5) files (driver_choice.parse_preferences). Raises SourcesError naming the line
+    that is neither a field, a continuation nor a comment.
+    """
+    lines = text.splitlines(True)
+    result = []
+    for start, end in _stanzas(lines):
+        if all(lines[i].startswith("#") for i in range(start, end)):
+            continue
+        result.append((start + 1, {name: value for name, (_, _, value) in _fields(lines, start, end).items()}))
+    return result
+
+
 def _merge(existing, wanted):
     return existing + [c for c in wanted if c not in existing]
 

@@ -415,3 +415,182 @@ def test_a_change_under_the_operators_holds_is_refused_naming_packages_versions_
     same = dc.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
     assert dc.operator_hold_error(same, ["nvidia-driver"]) is None
     assert dc.operator_hold_error(result, []) is None
+
+
+# --- The operator's apt pins (apt_preferences(5)) ------------------------------------------------------
+
+OWN_PIN = "/etc/apt/preferences.d/gpuhost-nvidia-driver.pref"
+# What the role's template writes (tests/unit/test_driver_pin.py renders it), at the converged version.
+GPUHOST_PIN = ("# Ansible managed\n# Role nvidia_driver: every package of the NVIDIA driver stays at 580.105.08\n"
+               "Package: *nvidia* libcuda* libnv*\nPin: version 580.105.08-*\nPin-Priority: 1001\n")
+# apt_preferences(5)'s own forms: a version pin, release pins, comments, Explanation lines.
+OPERATOR_PIN = """# Keep the fleet on the validated driver
+Explanation: validated with our serving stack
+Package: nvidia-*
+Pin: version 580.105.08*
+Pin-Priority: 1001
+
+Explanation: Uninstall or do not install any Debian-originated
+Explanation: package versions other than those in the distribution
+Package: *
+Pin: release a=unstable
+Pin-Priority: 50
+"""
+
+
+def downgrade_plan():
+    return dc.plan(request(version="580.95.05"), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+
+
+def test_parse_preferences_reads_the_man_page_forms():
+    stanzas = dc.parse_preferences(OPERATOR_PIN)
+    assert [s["packages"] for s in stanzas] == [["nvidia-*"], ["*"]]
+    assert stanzas[0] == {"line": 1, "packages": ["nvidia-*"], "generic": False, "pin_type": "version",
+                          "pin": "580.105.08*", "priority": 1001}
+    assert stanzas[1]["generic"] is True and stanzas[1]["pin_type"] == "release"
+    assert stanzas[1]["pin"] == "a=unstable" and stanzas[1]["priority"] == 50
+    multi = dc.parse_preferences("Package: libcuda1 /^libnv/ nvidia-smi:amd64\nPin: origin \"\"\nPin-Priority: -10\n")
+    assert multi[0]["packages"] == ["libcuda1", "/^libnv/", "nvidia-smi:amd64"] and multi[0]["priority"] == -10
+    assert dc.parse_preferences("# only a comment\n\n\n") == []
+    with pytest.raises(ValueError, match="line 2"):
+        dc.parse_preferences("Package: nvidia-driver\nthis is not a field\n")
+
+
+@pytest.mark.parametrize("name, read", [
+    ("operator-nvidia", True), ("10-nvidia.pref", True), ("nvidia_v2.pref", True), ("pref", True),
+    ("a.b.pref", True),
+    # apt ignores other extensions, odd characters, hidden files and a trailing period
+    ("nvidia.conf", False), ("nvidia.pref.dpkg-old", False), ("nvidia.pref.bak", False), ("nvidia.PREF", False),
+    ("nvidia~", False), ("nvidia pin", False), (".nvidia.pref", False), ("nvidia.", False), ("", False),
+])
+def test_which_preferences_d_files_apt_reads(name, read):
+    assert dc.apt_reads_preferences_part(name) is read
+
+
+def test_preference_files_in_apts_order():
+    names = ["zz-last", "gpuhost-nvidia-driver.pref", "operator.bak", "00-first.pref", "README.md"]
+    assert dc.preference_files(names) == [
+        "/etc/apt/preferences.d/00-first.pref", "/etc/apt/preferences.d/gpuhost-nvidia-driver.pref",
+        "/etc/apt/preferences.d/zz-last", "/etc/apt/preferences"]
+
+
+def test_a_version_pin_of_the_operator_stands_in_the_way_of_a_downgrade():
+    result = downgrade_plan()
+    files = [(OWN_PIN, GPUHOST_PIN), ("/etc/apt/preferences.d/operator-nvidia", OPERATOR_PIN)]
+    pins = dc.operator_pins(files, OWN_PIN, result)
+    # gpuhost's own file (the same globs at 1001) is not the operator's; the generic release pin chooses sources
+    assert len(pins) == 1
+    pin = pins[0]
+    assert pin["file"] == "/etc/apt/preferences.d/operator-nvidia" and pin["line"] == 1
+    assert pin["packages"] == ["nvidia-driver", "nvidia-open-kernel-dkms", "nvidia-smi", "nvidia-persistenced"]
+    assert pin["pin"] == "version 580.105.08*" and pin["priority"] == 1001 and pin["effect"] == "pinned"
+    assert pin["wanted"] == "580.95.05-1"
+    message = dc.operator_pin_error(result, pins)
+    assert message.startswith("the operator pinned nvidia-driver, nvidia-open-kernel-dkms, nvidia-smi, "
+                              "nvidia-persistenced to version 580.105.08* in /etc/apt/preferences.d/operator-nvidia "
+                              "(Pin-Priority 1001); this run would downgrade the driver from 580.105.08 to 580.95.05-1")
+    assert "Nothing was changed" in message and "nvidia_driver_release_operator_holds: true" in message
+    assert "/var/backups/gpuhost" in message and "at the pinned driver" in message
+    # The same file under gpuhost's path is gpuhost's own.
+    assert dc.operator_pins([(OWN_PIN, OPERATOR_PIN)], OWN_PIN, result) == []
+    # Under /etc/apt/preferences it is the operator's too.
+    assert dc.operator_pins([("/etc/apt/preferences", OPERATOR_PIN)], OWN_PIN, result)[0]["file"] == \
+        "/etc/apt/preferences"
+
+
+def test_no_refusal_when_the_pin_allows_the_planned_version_or_nothing_changes():
+    result = downgrade_plan()
+    allows = "Package: nvidia-*\nPin: version 580.95.05*\nPin-Priority: 1001\n"
+    assert dc.operator_pins([("/etc/apt/preferences.d/ok", allows)], OWN_PIN, result) == []
+    branch = "Package: /nvidia/ libcuda1\nPin: version 580.*\nPin-Priority: 1001\n"
+    assert dc.operator_pins([("/etc/apt/preferences.d/ok", branch)], OWN_PIN, result) == []
+    same = dc.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+    assert same["action"] == "none"
+    assert dc.operator_pins([("/etc/apt/preferences.d/op", OPERATOR_PIN)], OWN_PIN, same) == []
+    assert dc.operator_pin_error(same, [{"file": "x"}]) is None
+    assert dc.operator_pin_error(result, []) is None
+
+
+def test_glob_and_regex_package_patterns():
+    result = downgrade_plan()
+    regex = "Package: /^(nvidia-smi|libcuda.*)$/\nPin: version 570.195.03-1\nPin-Priority: 990\n"
+    pins = dc.operator_pins([("/etc/apt/preferences.d/re.pref", regex)], OWN_PIN, result)
+    # libcuda1 is not in the plan but is a package of the installed driver the change moves
+    assert pins[0]["packages"] == ["nvidia-smi", "libcuda1"] and pins[0]["priority"] == 990
+    glob = "Package: nvidia-smi:amd64 firmware-nvidia-gs?\nPin: version 580.105.08-1\nPin-Priority: 600\n"
+    pins = dc.operator_pins([("/etc/apt/preferences.d/g", glob)], OWN_PIN, result)
+    assert pins[0]["packages"] == ["firmware-nvidia-gsp", "nvidia-smi"]
+    other = "Package: cuda-toolkit-* src:nvidia-graphics-drivers\nPin: version 12.8*\nPin-Priority: 1001\n"
+    assert dc.operator_pins([("/etc/apt/preferences.d/c", other)], OWN_PIN, result) == []
+
+
+def test_negative_priority_bars_the_planned_version():
+    result = downgrade_plan()
+    barred = "Package: nvidia-driver\nPin: version 580.95.*\nPin-Priority: -1\n"
+    pins = dc.operator_pins([("/etc/apt/preferences.d/no-58095", barred)], OWN_PIN, result)
+    assert pins[0]["effect"] == "barred" and pins[0]["packages"] == ["nvidia-driver"]
+    message = dc.operator_pin_error(result, pins)
+    assert "the operator barred nvidia-driver (Pin: version 580.95.*) in /etc/apt/preferences.d/no-58095 " \
+           "(Pin-Priority -1)" in message and "a driver the pins allow" in message
+    # a negative pin on other versions bars nothing this run wants
+    other = "Package: nvidia-driver\nPin: version 550.*\nPin-Priority: -1\n"
+    assert dc.operator_pins([("/etc/apt/preferences.d/no-550", other)], OWN_PIN, result) == []
+    # a negative pin on every source bars every version
+    nowhere = "Package: nvidia-smi\nPin: release *\nPin-Priority: -1\n"
+    assert dc.operator_pins([("/etc/apt/preferences.d/never", nowhere)], OWN_PIN, result)[0]["effect"] == "barred"
+
+
+def test_release_and_origin_pins_choose_sources_and_are_not_the_operators_version_pins():
+    result = downgrade_plan()
+    text = ("Package: nvidia-*\nPin: origin developer.download.nvidia.com\nPin-Priority: -1\n\n"
+            "Package: nvidia-*\nPin: release o=Debian,a=trixie,c=non-free\nPin-Priority: 1001\n\n"
+            "Package: nvidia-*\nPin: release n=trixie-backports\nPin-Priority: 900\n")
+    assert dc.operator_pins([("/etc/apt/preferences.d/sources", text)], OWN_PIN, result) == []
+
+
+def test_an_unreadable_preferences_file_is_named():
+    with pytest.raises(dc.DriverChoiceError, match="/etc/apt/preferences.d/broken"):
+        dc.operator_pins([("/etc/apt/preferences.d/broken", "Package: nvidia-smi\nPin version 1\n")], OWN_PIN,
+                         downgrade_plan())
+
+
+def test_predicted_plans_compare_the_pin_with_the_branch():
+    # --check on a fresh host whose sources this run adds: no package version yet, only the branch (580.*).
+    result = dc.plan(request(branch="580", sources_pending=True), gpus_of(BLACKWELL), Query(fresh_dpkg(), ""))
+    assert result["predicted"] is True and result["version"] == "580.*" and result["action"] == "install"
+
+    def pins(text):
+        return dc.operator_pins([("/etc/apt/preferences.d/op", text)], OWN_PIN, result)
+
+    assert pins("Package: nvidia-driver\nPin: version 570.*\nPin-Priority: 1001\n")[0]["wanted"] == "580.*"
+    assert pins("Package: nvidia-driver\nPin: version 580.105.08-1\nPin-Priority: 1001\n") == []
+    assert pins("Package: nvidia-driver\nPin: version 58*\nPin-Priority: 1001\n") == []
+    assert pins("Package: nvidia-driver\nPin: version /^57/\nPin-Priority: 1001\n") == []  # cannot tell: no refusal
+    assert pins("Package: nvidia-driver\nPin: version 580*\nPin-Priority: -1\n")[0]["effect"] == "barred"
+    assert pins("Package: nvidia-driver\nPin: version 580.95.*\nPin-Priority: -1\n") == []
+    # an exact version asked for: 580.95.05-<revision>
+    exact = dict(result, version="580.95.05")
+    assert dc.operator_pins([("/x/p", "Package: nvidia-smi\nPin: version 580.105.08*\nPin-Priority: 1001\n")],
+                            OWN_PIN, exact)[0]["wanted"] == "580.95.05"
+    assert dc.operator_pins([("/x/p", "Package: nvidia-smi\nPin: version 580.95.05-*\nPin-Priority: 1001\n")],
+                            OWN_PIN, exact) == []
+
+
+def test_the_module_reads_the_files_apt_reads(tmp_path, monkeypatch):
+    import nvidia_driver_plan as module
+    parts = tmp_path / "preferences.d"
+    parts.mkdir()
+    (parts / "operator-nvidia").write_text(OPERATOR_PIN)
+    (parts / "gpuhost-nvidia-driver.pref").write_text(GPUHOST_PIN)
+    (parts / "operator-nvidia.bak").write_text(OPERATOR_PIN)  # apt ignores it
+    (parts / "sub.pref").mkdir()                                # not a file
+    (tmp_path / "preferences").write_text("Package: nvidia-smi\nPin: version 570.*\nPin-Priority: 1001\n")
+    monkeypatch.setattr(module, "PREFERENCES", str(tmp_path / "preferences"))
+    monkeypatch.setattr(module, "PREFERENCES_PARTS", str(parts))
+    files = module.HostQuery(None).preferences()
+    assert [path for path, _ in files] == [str(parts / "gpuhost-nvidia-driver.pref"), str(parts / "operator-nvidia"),
+                                          str(tmp_path / "preferences")]
+    pins = dc.operator_pins(files, str(parts / "gpuhost-nvidia-driver.pref"), downgrade_plan())
+    assert [p["file"] for p in pins] == [str(parts / "operator-nvidia"), str(tmp_path / "preferences")]
+    monkeypatch.setattr(module, "PREFERENCES_PARTS", str(tmp_path / "missing"))
+    assert [path for path, _ in module.HostQuery(None).preferences()] == [str(tmp_path / "preferences")]
