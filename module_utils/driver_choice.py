@@ -535,14 +535,21 @@ def plan(request, gpus, query):
     else:
         order = compare_versions(upstream, installed["upstream"])
         action = "upgrade" if order > 0 else ("downgrade" if order < 0 else "change")
-    return {
+    return _plan_result(pre, branch, source, modules, packages, installed, dpkg, version=upstream,
+                        package_version=wanted, install=install, action=action, available=available)
+
+
+def _plan_result(pre, branch, source, modules, packages, installed, dpkg, **chosen):
+    """plan()'s result: what was resolved, and what was chosen (version, package_version, install,
+    action, available; a prediction adds predicted and predicted_reason)."""
+    install = chosen.pop("install")
+    return dict({
         "branch": branch, "branch_source": source, "min_branch": pre["min_branch"],
         "kernel_modules": modules, "kernel_modules_reason": pre["kernel_modules_reason"],
-        "packages": packages, "main_package": main, "version": upstream, "package_version": wanted,
-        "install": [p["spec"] for p in install], "package_versions": install, "action": action,
-        "installed": installed, "available": available,
+        "packages": packages, "main_package": packages[0],
+        "install": [p["spec"] for p in install], "package_versions": install, "installed": installed,
         "unattended_upgrades": bool(dpkg.get("unattended-upgrades", {}).get("installed")),
-    }
+    }, **chosen)
 
 
 def _predicted_plan(request, pre, branch, source, modules, packages, installed, dpkg):
@@ -553,17 +560,12 @@ def _predicted_plan(request, pre, branch, source, modules, packages, installed, 
     install = [{"name": name, "version": None, "spec": name,
                 "installed": dpkg.get(name, {}).get("version") if dpkg.get(name, {}).get("installed") else None}
                for name in packages]
-    return {
-        "branch": branch, "branch_source": source, "min_branch": pre["min_branch"],
-        "kernel_modules": modules, "kernel_modules_reason": pre["kernel_modules_reason"],
-        "packages": packages, "main_package": packages[0], "version": upstream, "package_version": None,
-        "install": [p["spec"] for p in install], "package_versions": install,
-        "action": "install" if not installed["upstream"] else "change",
-        "installed": installed, "available": [], "predicted": True,
-        "predicted_reason": "the apt sources this run adds are not on the host yet (check mode): the newest "
-                            "package of branch %s they offer" % upstream.replace(".*", ""),
-        "unattended_upgrades": bool(dpkg.get("unattended-upgrades", {}).get("installed")),
-    }
+    return _plan_result(
+        pre, branch, source, modules, packages, installed, dpkg, version=upstream, package_version=None,
+        install=install, action="install" if not installed["upstream"] else "change", available=[],
+        predicted=True,
+        predicted_reason="the apt sources this run adds are not on the host yet (check mode): the newest "
+                         "package of branch %s they offer" % upstream.replace(".*", ""))
 
 
 # ---------------------------------------------------------------------------------------------
