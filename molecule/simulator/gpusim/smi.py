@@ -531,14 +531,7 @@ class Smi:
                 out.append("Persistence mode is already %s for GPU %s." % (word, v["pci_bus_id"]))
             else:
                 out.append("%s %spersistence mode for GPU %s." % (word, legacy, v["pci_bus_id"]))
-
-        def apply(s):
-            for g in s["gpus"]:
-                if g["uuid"] in targets:
-                    g["persistence_mode"] = enable
-        st.update(apply, path)
-        out.append("All done.")
-        return "\n".join(out) + "\n", RC_OK
+        return _set_and_done(path, targets, "persistence_mode", enable, out)
 
     # ----- -mig --------------------------------------------------------------------------------
     def set_mig(self, views, enable, path):
@@ -560,14 +553,7 @@ class Smi:
         targets = {v["gpu"]["uuid"] for v in views}
         for v in views:
             out.append("%s MIG Mode for GPU %s" % ("Enabled" if enable else "Disabled", v["pci_bus_id"]))
-
-        def apply(s):
-            for g in s["gpus"]:
-                if g["uuid"] in targets:
-                    g["mig_mode"] = enable
-        st.update(apply, path)
-        out.append("All done.")
-        return "\n".join(out) + "\n", RC_OK
+        return _set_and_done(path, targets, "mig_mode", enable, out)
 
     # ----- --version --------------------------------------------------------------------------
     def version_text(self):
@@ -740,21 +726,9 @@ def parse_args(argv):
                 raise ValueError(name)
             a.fmt = {o: True for o in opts}
         elif name in ("-pm", "--persistence-mode"):
-            v = value(name).strip().upper()
-            if v in ("1", "ENABLED"):
-                a.pm = True
-            elif v in ("0", "DISABLED"):
-                a.pm = False
-            else:
-                raise ValueError(name)
+            a.pm = _switch(name, value(name))
         elif name in ("-mig", "--multi-instance-gpu"):
-            v = value(name).strip().upper()
-            if v in ("1", "ENABLED"):
-                a.mig = True
-            elif v in ("0", "DISABLED"):
-                a.mig = False
-            else:
-                raise ValueError(name)
+            a.mig = _switch(name, value(name))
         elif arg.startswith("-i") and len(arg) > 2 and arg[2:].replace(",", "").isdigit():
             a.ids = arg[2:].split(",")
         else:
@@ -765,6 +739,27 @@ def parse_args(argv):
     if a.xml and not a.query:
         raise ValueError("-x")
     return a
+
+
+def _set_and_done(path, uuids, key, value, out):
+    """Sets `key` of the GPUs `uuids` in the state and ends the messages as nvidia-smi does ("All done.")."""
+    def apply(s):
+        for g in s["gpus"]:
+            if g["uuid"] in uuids:
+                g[key] = value
+    st.update(apply, path)
+    out.append("All done.")
+    return "\n".join(out) + "\n", RC_OK
+
+
+def _switch(name, text):
+    """The value of a 0/DISABLED, 1/ENABLED option (-pm, -mig)."""
+    v = text.strip().upper()
+    if v in ("1", "ENABLED"):
+        return True
+    if v in ("0", "DISABLED"):
+        return False
+    raise ValueError(name)
 
 
 USAGE = """NVIDIA System Management Interface -- v{version}
