@@ -93,13 +93,19 @@ def daemon_json():
 def nvidia_packages(name):
     """The driver and toolkit packages site.yml left installed, with their versions (the script's work)."""
     out = docker("exec", name, "dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package}=${Version}\n").stdout
-    installed = [line.split()[1] for line in out.splitlines() if line.startswith("ii ")]
+    # "ii" or "hi": installed, held or not (site.yml holds the driver's packages).
+    installed = [line.split()[1] for line in out.splitlines() if line[1:2] == "i"]
     toolkit = [p for p in installed if p.split("=")[0] in (
         "nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
         "libnvidia-container1")]
     driver = [p for p in installed if p not in toolkit and (
         "nvidia" in p.split("=")[0] or p.startswith(("libcuda", "libnv")))]
     return driver, toolkit
+
+
+def gpu_lines(output):
+    """The GPUs `nvidia-smi -L` listed in a container (docker's own warnings left out)."""
+    return "\n".join(line for line in output.splitlines() if line.startswith("GPU "))
 
 
 def reboot(name):
@@ -152,8 +158,8 @@ def main():
             lambda: timed([playbook, "-i", inventory, "site.yml", "--limit", site_host])[1]])
         rows.append(row)
         print("bench: site.yml's slowest tasks:\n%s" % "\n".join(slowest_tasks(site.stdout)), flush=True)
-        works[row[0]] = docker("exec", site_host, "docker", "run", "--rm", "--gpus", "all", CHECK_IMAGE,
-                               "nvidia-smi", "-L", check=False).stdout.strip()
+        works[row[0]] = gpu_lines(docker("exec", site_host, "docker", "run", "--rm", "--gpus", "all", CHECK_IMAGE,
+                                         "nvidia-smi", "-L", check=False).stdout)
         driver, toolkit = nvidia_packages(site_host)
         print("bench: the script installs what site.yml installed: %s" % " ".join(driver + toolkit), flush=True)
         repo = sim_repo()
@@ -166,7 +172,7 @@ def main():
         rows.append(row)
         if row[2]:
             sys.stdout.write(script.stdout[-3000:])
-        works[row[0]] = "\n".join(l for l in script.stdout.splitlines() if l.startswith("GPU "))
+        works[row[0]] = gpu_lines(script.stdout)
     finally:
         remove(names)
         shutil.rmtree(workdir, ignore_errors=True)
