@@ -46,11 +46,11 @@ unit: venv
 	$(VENV)/bin/python -m pytest -q tests/unit
 
 molecule: harness
-	GPUHOST_SCENARIOS="$(SCENARIOS)" $(VENV)/bin/python -m pytest -v tests/molecule
+	GPUHOST_SCENARIOS="$(SCENARIOS)" $(VENV)/bin/python -m pytest -v --durations=15 tests/molecule
 
 # One pytest run, so the output ends with one summary line that counts everything.
 test: harness
-	GPUHOST_SCENARIOS="$(SCENARIOS)" $(VENV)/bin/python -m pytest -v -p no:cacheprovider \
+	GPUHOST_SCENARIOS="$(SCENARIOS)" $(VENV)/bin/python -m pytest -v -p no:cacheprovider --durations=15 \
 	  tests/unit tests/lint tests/molecule
 
 demo: harness
