@@ -199,6 +199,12 @@ reboot:
   description: C(required), C(reason), C(installed), C(loaded) (kernel module version).
   returned: when gpu_facts is given
   type: dict
+disruption:
+  description:
+    - What this plan does to the host's serving, for site.yml's rollout plan - empty when nothing (no driver
+      change, no reboot), else the change (C(driver change 570.195.03 -> 580.95.05)) or the reboot's reason.
+  returned: when query_host
+  type: str
 holds:
   description: The held driver packages by who held them, C(ours) (gpuhost) and C(operator).
   returned: when query_host
@@ -234,12 +240,12 @@ from ansible.module_utils.basic import AnsibleModule
 
 try:
     from ansible.module_utils.driver_choice import (
-        PREFERENCES, PREFERENCES_PARTS, DriverChoiceError, gpu_summary, hold_owners, operator_hold_error,
+        PREFERENCES, PREFERENCES_PARTS, DriverChoiceError, disruption, gpu_summary, hold_owners, operator_hold_error,
         operator_pin_error, operator_pins, parse_dpkg_query, parse_dpkg_search, parse_madison, plan, precheck,
         preference_files, reboot_decision, verify_installed)
 except ImportError:  # unit tests put module_utils/ on sys.path
     from driver_choice import (
-        PREFERENCES, PREFERENCES_PARTS, DriverChoiceError, gpu_summary, hold_owners, operator_hold_error,
+        PREFERENCES, PREFERENCES_PARTS, DriverChoiceError, disruption, gpu_summary, hold_owners, operator_hold_error,
         operator_pin_error, operator_pins, parse_dpkg_query, parse_dpkg_search, parse_madison, plan, precheck,
         preference_files, reboot_decision, verify_installed)
 
@@ -354,15 +360,16 @@ def main():
         module.fail_json(msg="nvidia_driver: %s" % exc, gpus=gpus)
     installed = result["installed"]
     result["holds"] = hold_owners(installed, read_driver_record(module, p["record_path"]))
+    result["verify_errors"] = verify_installed(result, installed) if result["action"] == "none" else []
+    if p["gpu_facts"] is not None:
+        result["reboot"] = reboot_decision(installed["upstream"], installed["kernel_modules"], p["gpu_facts"])
+    result["disruption"] = disruption(result)
     refusals = [r for r in (operator_hold_error(result, result["holds"]["operator"]),
                             operator_pin_error(result, result["operator_pins"])) if r]
     if refusals and not p["release_operator_holds"]:
         module.fail_json(msg="nvidia_driver: %s" % ". Also: ".join(refusals), gpus=gpus, **result)
-    result["verify_errors"] = verify_installed(result, installed) if result["action"] == "none" else []
-    if p["gpu_facts"] is not None:
-        result["reboot"] = reboot_decision(installed["upstream"], installed["kernel_modules"], p["gpu_facts"])
-        if result["reboot"]["required"] and p["reboot"] == "never":
-            module.warn("reboot required on this host: %s (nvidia_driver_reboot: never)" % result["reboot"]["reason"])
+    if result.get("reboot", {}).get("required") and p["reboot"] == "never":
+        module.warn("reboot required on this host: %s (nvidia_driver_reboot: never)" % result["reboot"]["reason"])
     module.exit_json(changed=False, gpus=gpus, **result)
 
 

@@ -839,6 +839,18 @@ def operator_pin_error(result_plan, pins):
                ("that file (%s)" if len(files) == 1 else "those files (%s)") % ", ".join(files), BACKUP_DIR))
 
 
+def disruption(result):
+    """What the driver's run would do to the host's serving, for site.yml's rollout plan: '' when nothing
+    (no change, no reboot), else the change ("driver change 570.195.03 -> 580.95.05") or the reboot's reason."""
+    if result.get("action", "none") != "none":
+        return "driver %s %s -> %s" % (result["action"], (result.get("installed") or {}).get("upstream") or "none",
+                                       result["version"])
+    reboot = result.get("reboot") or {}
+    if reboot.get("required"):
+        return "reboot: %s" % reboot["reason"]
+    return ""
+
+
 def reboot_decision(installed_upstream, installed_modules, gpu_facts):
     """{required, reason, installed, loaded}: reboot when the loaded module is not the installed driver."""
     facts = gpu_facts or {}

@@ -384,6 +384,25 @@ def test_reboot_decision(installed, facts, required, word):
         assert word in result["reason"]
 
 
+def test_disruption_names_the_change_then_the_reboot_and_is_empty_otherwise():
+    converged = dc.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+    loaded = {"state": "ok", "driver_version_kernel": converged["installed"]["upstream"],
+              "kernel_modules": {"flavor": converged["installed"]["kernel_modules"]}}
+    converged["reboot"] = dc.reboot_decision(converged["installed"]["upstream"],
+                                             converged["installed"]["kernel_modules"], loaded)
+    assert converged["action"] == "none" and dc.disruption(converged) == ""
+    # the installed driver is not the loaded one: the run reboots the host
+    stale = dict(converged, reboot=dc.reboot_decision(converged["installed"]["upstream"], "open",
+                                                       {"state": "ok", "driver_version_kernel": "580.95.05"}))
+    assert dc.disruption(stale) == "reboot: driver %s is installed but 580.95.05 is loaded" % (
+        converged["installed"]["upstream"])
+    # a version change disrupts whatever the reboot says, and names both versions
+    change = dict(converged, action="change", version="580.95.05")
+    assert dc.disruption(change) == "driver change %s -> 580.95.05" % converged["installed"]["upstream"]
+    fresh = dict(converged, action="install", version="580.95.05", installed={"upstream": None})
+    assert dc.disruption(fresh) == "driver install none -> 580.95.05"
+
+
 # --- Whose holds: gpuhost's (recorded) or the operator's ------------------------------------------------
 
 def test_holds_not_recorded_as_gpuhosts_are_the_operators():
