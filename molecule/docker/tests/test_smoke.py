@@ -1,4 +1,4 @@
-"""The smoke scenario: what site.yml's base layer leaves on a host."""
+"""What site.yml's base layer leaves on every host (the docker scenario runs the whole of site.yml)."""
 
 
 def test_systemd_is_pid_1(host):
