@@ -84,6 +84,9 @@ _GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
 _SEMVER = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
 # nvidia-smi's "Product Brand" -> the token NVIDIA's images use in brand= terms.  The plain names are
 # the same word (compared case-insensitively); the virtual-GPU names are spelled out by nvidia-smi.
+# (libnvidia-container src/driver.c at 06deb20d names only Quadro, Tesla, NVS, GRID, GeForce, TITAN and
+# "Unknown" for the rest; NVIDIA's 12.x lists carry unknown wherever they carry nvidia, so both
+# readings admit the same GPUs.)
 _BRAND_TOKENS = {
     "nvidia virtual applications": "vapps", "nvidia virtual pc": "vpc",
     "nvidia virtual compute server": "vcs", "nvidia rtx virtual workstation": "vws",
@@ -444,6 +447,8 @@ def _fixes(result, alternatives, gpu_brands, datacenter):
                          "lists for it" % (wanted, CUDA_TABLE_SOURCE))
     if have:
         fixes.append("image: use a build of the image for CUDA %s or older (the CUDA this driver supports)" % have)
+    # The vLLM image puts cuda-compat in the loader's path itself: vllm-project/vllm docker/Dockerfile
+    # (commit 0000977e) runs `ldconfig /usr/local/cuda-<major.minor>/compat/` in its final stage.
     branches = forward_compat_branches(alternatives)
     possible = forward_compat_gpu(datacenter, gpu_brands)
     if branches and possible is not False:
