@@ -24,8 +24,9 @@ Sources (checked while writing this table):
   modules"); Turing..Hopper may use either (open recommended); Maxwell/Pascal/Volta cannot
   use them (no GSP).
 - min_driver_branch: the first driver branch whose CUDA release added the compute
-  capability (CUDA toolkit release notes, "CUDA Toolkit and Corresponding Driver Versions":
-  CUDA 12.9 >= 575.51, 12.8 >= 570.26, 11.8 >= 520.61.05, 11.1 >= 455.23, 11.0 >= 450.36,
+  capability (CUDA toolkit release notes, "CUDA Toolkit and Corresponding Driver Versions",
+  whole table: cuda_requirement.CUDA_MIN_DRIVER): CUDA 12.9 >= 575.51, 12.8 >= 570.26,
+  11.8 >= 520.61.05, 11.1 >= 455.23, 11.0 >= 450.36,
   10.0 >= 410.48, 9.0 >= 384.81, 8.0 >= 367.48, 7.5 >= 352.31, 6.5 >= 340.29), raised where a
   product needs more: GH200 >= 535 (open), H200 535 (shipped with R535; not re-verified
   here), GB10 580 (DGX OS 7 ships R580). The domain notes say "Blackwell needs >= 570".
