@@ -270,7 +270,8 @@ def parse_root(text, path="/etc/containerd/config.toml"):
         version, imports, empty = data.get("version"), data.get("imports"), not data
         # Both readers must agree before the small one is trusted to locate the statement it edits.
         for key, value in (("version", version), ("imports", imports)):
-            if (key in data) != (key in values) or (key in data and value != values[key]):
+            if (key in data) != (key in values) or (
+                    key in data and not isinstance(values[key], _Unread) and value != values[key]):
                 raise ContainerdConfigError("%s: the `%s` key is not a plain statement of the root table "
                                             "(dotted or inside an inline table); write it as `%s = ...` "
                                             "near the top of the file" % (path, key, key))
@@ -412,10 +413,11 @@ def ensure_import(text, root, drop_in, root_path="/etc/containerd/config.toml"):
     else:
         # Right after `version`: containerd's docs want the version header first.
         after = next(s for s in root["statements"] if s["key"] == ("version",))
-        line = "imports = [%s]\n" % _toml_string(pattern)
         at = after["end"]
+        newline = "\r\n" if text[:at].endswith("\r\n") else "\n"
+        line = "imports = [%s]%s" % (_toml_string(pattern), newline)
         if not text[:at].endswith("\n"):
-            line = "\n" + line
+            line = newline + line
         new = text[:at] + line + text[at:]
     _check_only_imports_changed(text, new, root, pattern, root_path)
     return new
