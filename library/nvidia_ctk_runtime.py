@@ -51,8 +51,8 @@ options:
     default: false
   cdi_enabled:
     description:
-      - Enable CDI (C(--cdi.enabled)): docker's C(features.cdi), containerd's C(enable_cdi) in the CRI plugin
-        (default off in containerd 1.7, on from 2.0; containerd 1.6 has no such setting).
+      - Enable CDI (C(--cdi.enabled)), that is docker's C(features.cdi) or containerd's C(enable_cdi) in the CRI
+        plugin (default off in containerd 1.7, on from 2.0; containerd 1.6 has no such setting).
     type: bool
     default: false
   keep_features:

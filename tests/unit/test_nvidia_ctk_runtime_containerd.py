@@ -185,3 +185,16 @@ def test_toolkit_without_drop_in_support_is_named(host, tmp_path):
     res = run(host, ctk=ctk)
     assert res.get("failed") is True and "toolkit >= 1.18" in res["msg"]
     assert files(host) == []
+
+
+def test_documentation_parses_and_names_the_containerd_options():
+    import ast
+    import yaml
+    with open(os.path.join(ROOT, "library", "nvidia_ctk_runtime.py")) as handle:
+        tree = ast.parse(handle.read())
+    docs = dict((node.targets[0].id, yaml.safe_load(node.value.value)) for node in tree.body
+                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") in
+                ("DOCUMENTATION", "EXAMPLES", "RETURN"))
+    assert {"drop_in", "set_as_default", "cdi_enabled"} <= set(docs["DOCUMENTATION"]["options"])
+    assert {"drop_in_changed", "config_changed", "config_version", "imports"} <= set(docs["RETURN"])
+    assert any(task.get("nvidia_ctk_runtime", {}).get("runtime") == "containerd" for task in docs["EXAMPLES"])
