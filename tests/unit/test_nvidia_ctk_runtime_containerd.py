@@ -180,6 +180,19 @@ def test_other_drop_in_with_a_higher_version_is_warned_about(host):
     assert any("10-mirrors.toml has config version 3" in w for w in res.get("warnings", []))
 
 
+def test_drop_in_left_by_toolkit_1_18_0_is_named(host):
+    # 1.18.0 wrote config.d/99-nvidia.toml and imported config.d (NVIDIA/nvidia-container-toolkit#1404).
+    legacy = host["config"].parent / "config.d" / "99-nvidia.toml"
+    legacy.parent.mkdir()
+    legacy.write_text(fixture("containerd_configure_99-nvidia.toml"))
+    host["config"].write_text('imports = ["%s/*.toml"]\nversion = 2\n' % legacy.parent)
+    res = run(host)
+    assert res["changed"] is True
+    assert res["imports"] == [str(legacy.parent) + "/*.toml", str(host["drop_in"].parent) + "/*.toml"]
+    assert any(str(legacy) in w and "1.18.0" in w for w in res.get("warnings", []))
+    assert legacy.read_text() == fixture("containerd_configure_99-nvidia.toml")
+
+
 def test_toolkit_without_drop_in_support_is_named(host, tmp_path):
     ctk = stand_in_ctk(tmp_path, rc=1, stderr="Incorrect Usage: flag provided but not defined: -drop-in-config\n")
     res = run(host, ctk=ctk)
