@@ -468,12 +468,6 @@ def plan(root_path, root_text, drop_in, dropin_current, dropin_wanted):
         raise ContainerdConfigError("%s (root %s, drop-in %s)" % (mismatch, root_path, drop_in))
     root_after = ensure_import(root_text, root, drop_in, root_path)
     after = parse_root(root_after, root_path)
-    current_version = None
-    if dropin_current is not None:
-        try:
-            current_version = dropin_version(dropin_current, drop_in)
-        except ContainerdConfigError:
-            current_version = "unreadable"
     return dict(
         config_version=version,
         import_pattern=import_pattern(drop_in),
@@ -481,6 +475,5 @@ def plan(root_path, root_text, drop_in, dropin_current, dropin_wanted):
         config_changed=root_after != root_text,
         config_after=root_after,
         drop_in_changed=dropin_current != dropin_wanted,
-        drop_in_version_before=current_version,
         changed=root_after != root_text or dropin_current != dropin_wanted,
     )
