@@ -10,10 +10,10 @@ import time
 BACKUP_DIR = "/var/backups/gpuhost"
 
 
-def read_text(path):
-    """Text of `path`, or None when it does not exist."""
+def read_text(path, newline=None):
+    """Text of `path`, or None when it does not exist. newline="" keeps CR LF line ends as they are."""
     try:
-        with open(path, "r", encoding="utf-8") as handle:
+        with open(path, "r", encoding="utf-8", newline=newline) as handle:
             return handle.read()
     except FileNotFoundError:
         return None
