@@ -150,6 +150,12 @@ def ctk_dry_run(module, ctk, runtime, config_path, extra):
     return cmd, out
 
 
+def ctk_flags(params):
+    """The flags of `nvidia-ctk runtime configure` that both engines take."""
+    return ((["--set-as-default"] if params["set_as_default"] else [])
+            + (["--cdi.enabled"] if params["cdi_enabled"] else []))
+
+
 def configure_docker(module, ctk):
     path = module.params["config"] or "/etc/docker/daemon.json"
     before_text = read_text(path)
@@ -157,11 +163,7 @@ def configure_docker(module, ctk):
         before = parse(before_text, path)
     except DaemonJsonError as exc:
         module.fail_json(msg="docker: %s. Fix or remove the file by hand; it was left untouched." % exc)
-    extra = []
-    if module.params["set_as_default"]:
-        extra.append("--set-as-default")
-    if module.params["cdi_enabled"]:
-        extra.append("--cdi.enabled")
+    extra = ctk_flags(module.params)
     # The tool reads a staged copy: it fails on an empty file, and must never touch the real one.
     workdir = tempfile.mkdtemp(prefix="gpuhost-ctk-")
     try:
@@ -207,11 +209,7 @@ def configure_containerd(module, ctk):
         config_version(root, path)
     except ContainerdConfigError as exc:
         containerd_fail(module, path, exc)
-    flags = []
-    if module.params["set_as_default"]:
-        flags.append("--set-as-default")
-    if module.params["cdi_enabled"]:
-        flags.append("--cdi.enabled")
+    flags = ctk_flags(module.params)
     # The tool writes into a scratch copy: it re-renders the root config whole, so its own write never
     # reaches the host; only its drop-in is kept.
     workdir = tempfile.mkdtemp(prefix="gpuhost-ctk-")

@@ -14,6 +14,14 @@ FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 ANSIBLE = os.path.join(os.path.dirname(sys.executable), "ansible")
 
 
+def containerd_fixture(name):
+    """A containerd config.toml fixture, byte for byte (CRLF kept): nvidia-ctk's own outputs live in
+    tests/fixtures/nvidia_ctk/, other real files in tests/fixtures/containerd/."""
+    sub = "nvidia_ctk" if name.startswith("containerd_configure") else "containerd"
+    with open(os.path.join(FIXTURES, sub, name), encoding="utf-8", newline="") as handle:
+        return handle.read()
+
+
 def run_ansible_module(module, args, *flags, cwd="/"):
     """One task of `module` (from library/) on localhost through real ansible: its result as a dict."""
     import json

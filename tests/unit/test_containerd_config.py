@@ -5,12 +5,10 @@ corpus nvidia_ctk/) and tests/fixtures/containerd/ (config.toml files from publi
 README). Expected texts are written from the input by hand (the one statement replaced), never taken from the
 code's output. Version-3/4 configs are small inline ones: no real 2.x file was found (fixtures README).
 """
-import os
-
 import pytest
 
 import containerd_config as cc
-from conftest import FIXTURES
+from conftest import containerd_fixture as fixture
 
 DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
 ROOT = "/etc/containerd/config.toml"
@@ -19,12 +17,6 @@ CTK_DROP_IN = "containerd_configure_99-nvidia.toml"
 K17 = "config-1.7-default-systemdcgroup_lucheng0127-k8s_setup_guide.toml"
 KAIROS = "config-v2-imports-conf.d_kairos-provider-kubeadm.toml"
 NO_VERSION = "config-no-version_cavebeavis-containerd-test.toml"
-
-
-def fixture(name):
-    sub = "nvidia_ctk" if name.startswith("containerd_configure") else "containerd"
-    with open(os.path.join(FIXTURES, sub, name), encoding="utf-8", newline="") as handle:
-        return handle.read()
 
 
 @pytest.fixture(params=["tomllib", "small reader"])

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import ANSIBLE, FIXTURES, ROOT, run_ansible_module
+from conftest import ANSIBLE, ROOT, containerd_fixture as fixture, run_ansible_module
 
 tomllib = pytest.importorskip("tomllib")
 pytestmark = pytest.mark.skipif(not os.path.exists(ANSIBLE), reason="ansible not installed in this venv")
@@ -19,12 +19,6 @@ pytestmark = pytest.mark.skipif(not os.path.exists(ANSIBLE), reason="ansible not
 SIM_CTK = os.path.join(ROOT, "molecule", "simulator", "bin", "nvidia-ctk")
 V2_CRI = "io.containerd.grpc.v1.cri"
 V3_CRI = "io.containerd.cri.v1.runtime"
-
-
-def fixture(name):
-    sub = "nvidia_ctk" if name.startswith("containerd_configure") else "containerd"
-    with open(os.path.join(FIXTURES, sub, name), encoding="utf-8", newline="") as handle:
-        return handle.read()
 
 
 @pytest.fixture
