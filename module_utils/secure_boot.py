@@ -182,7 +182,7 @@ _SIGNED_PKG = re.compile(r"^linux-(?:modules|objects)-nvidia-(?P<branch>\d{3})(?
 _SIGNED_META = re.compile(r"^linux-modules-nvidia-(?P<branch>\d{3})(?P<server>-server)?(?P<open>-open)?"
                           r"-(?P<flavour>[a-z]\S*)$")
 _DKMS_PKG = re.compile(r"^(?:nvidia-dkms(?:-\d{3})?(?:-server)?(?:-open)?|nvidia-kernel-dkms|"
-                       r"nvidia-open-kernel-dkms|nvidia-kernel-open-dkms)$")
+                       r"nvidia-open-kernel-dkms)$")
 _PREBUILT_PATH = re.compile(r"/lib/modules/[^/]+/kernel/nvidia-\d{3}[^/]*/")
 _DKMS_PATH = re.compile(r"/lib/modules/[^/]+/updates/dkms/")
 _MODINFO_FIELD = re.compile(r"^(filename|signer|vermagic|version):\s*(.*?)\s*$")

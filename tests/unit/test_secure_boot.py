@@ -363,3 +363,9 @@ def test_what_cannot_be_told():
     assert sb.load_verdict(sb.parse_sb_state(load(NOT_ENROLLED)), kind, False)["loads"] is None
     assert sb.load_verdict(None, kind, False)["loads"] is None
     assert sb.load_verdict(False, kind, False)["loads"] is True
+
+
+def test_dpkg_s_of_another_file_names_no_module_source():
+    # "nvidia-smi: /usr/bin/nvidia-smi" (dpkg-query -S on Debian): a real -S line, but not the module's file
+    source = sb.module_source(dpkg_s=load("dpkg-query-S_nvidia-smi_debian.txt", HOST))
+    assert source["kind"] is None and source["package"] is None
