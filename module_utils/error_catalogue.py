@@ -10,12 +10,14 @@ say which reader uses it and under which of that reader's own names:
   smi        nvsmi_parse.classify_error (an nvidia-smi error text -> facts state)
   vllm       vllm_log (a vLLM start's failure kind)
   cuda       stack_check.check_cuda_probe (NVIDIA's vectorAdd sample in a --gpus container that failed)
+  kernel     secure_boot.module_signature_events (a kernel log or journal: the module signature verdicts)
 Within a scope the table's order is the reader's order (the first entry that matches wins);
 `explain` reads every entry and ranks findings by LAYERS.  Adding a pattern is one entry here
 plus its real example in tests/unit/test_explain.py.
 
 Every pattern was written against a real text: ../shared/corpus/ (errors/, host/, nvidia_smi/
-029-032, vllm_logs/) or the toolkit's and engines' own sources, named at the entry.
+029-032, vllm_logs/), tests/fixtures/ (secure_boot/, cuda_probe/: each folder's README names the
+sources) or the toolkit's and engines' own sources, named at the entry.
 """
 import re
 
@@ -77,15 +79,44 @@ ENTRIES = (
        "nvidia-smi lacks permissions on /dev/nvidia*",
        "run it as root, or fix the device nodes' mode (NVreg_DeviceFileMode)", REPAIR_DRIVER,
        scopes={"smi": "error"}, gate=("permission",)),
-    # Secure Boot: the kernel refuses an unsigned (DKMS) module (corpus errors/003).
+    # Secure Boot: the kernel refuses the nvidia module (corpus errors/003; tests/fixtures/secure_boot/,
+    # README there). modprobe (and Talos) report the kernel's EKEYREJECTED; NVIDIA's installer says it its
+    # own way. The kernel's own lines follow (kernel/module/signing.c: they name no module).
     _e("secure_boot_rejected", "driver",
        r"could not insert 'nvidia[\w-]*': Key was rejected by service|"
-       r"Lockdown: [^\n]*unsigned module loading is restricted",
-       "the kernel refused the nvidia module's signature: Secure Boot is on and the module (DKMS-built) "
-       "is not signed by an enrolled key",
-       "install Ubuntu's signed prebuilt modules (linux-modules-nvidia-<branch>-server-<flavour>), or enrol "
-       "the DKMS key at the console: `mokutil --import /var/lib/shim-signed/mok/MOK.der`, reboot, confirm in "
-       "MokManager", REPAIR_DRIVER, gate=("rejected", "lockdown")),
+       r"load nvidia[\w-]* failed: key was rejected by service|"
+       r"kernel module failed to load, because it was not signed by a key that is trusted by the kernel",
+       "the kernel refused the nvidia module's signature: Secure Boot (or module.sig_enforce) is on and the "
+       "module (DKMS-built) is unsigned or signed by a key that is not enrolled",
+       "on Ubuntu install the Canonical-signed prebuilt modules (linux-modules-nvidia-<branch>-server[-open]-"
+       "<flavour>) instead of nvidia-dkms; otherwise enrol the DKMS key at the console: `mokutil --import "
+       "/var/lib/shim-signed/mok/MOK.der` (Ubuntu) or `/var/lib/dkms/mok.pub` (Debian), reboot, confirm in "
+       "MokManager (no playbook can complete the enrolment: it needs the console)", REPAIR_DRIVER,
+       scopes={"kernel": "key_rejected"}, gate=("rejected", "trusted by the kernel")),
+    _e("module_unsigned_rejected", "driver", r"Loading of unsigned module is rejected",
+       "the kernel enforces module signatures (Secure Boot or module.sig_enforce) and a module with no "
+       "signature was refused (the line names no module: with the nvidia driver, DKMS built it without a "
+       "signing key); modprobe says \"Key was rejected by service\"",
+       "on Ubuntu install the Canonical-signed linux-modules-nvidia-<branch>-server[-open]-<flavour>; "
+       "otherwise let DKMS sign (its key: /var/lib/dkms/mok.key + mok.pub, Ubuntu /var/lib/shim-signed/mok/), "
+       "rebuild (`dkms autoinstall`), and enrol the key at the console: `mokutil --import <key>`, reboot, "
+       "confirm in MokManager", REPAIR_DRIVER,
+       scopes={"kernel": "unsigned_rejected"}, gate=("unsigned module is rejected",)),
+    _e("module_key_unavailable", "driver", r"Loading of module with unavailable key is rejected",
+       "the kernel enforces module signatures and a module signed by a key it does not trust was refused: "
+       "the DKMS key was never enrolled as a MOK, or its enrolment was not confirmed in MokManager at the "
+       "console", "check `mokutil --test-key <key>` (Ubuntu /var/lib/shim-signed/mok/MOK.der, Debian "
+       "/var/lib/dkms/mok.pub); if not enrolled, `mokutil --import <key>`, reboot and confirm in MokManager "
+       "at the console (no playbook can do that step); on Ubuntu the Canonical-signed "
+       "linux-modules-nvidia-<branch>-server[-open]-<flavour> needs no MOK", REPAIR_DRIVER,
+       scopes={"kernel": "key_unavailable"}, gate=("unavailable key is rejected",)),
+    _e("lockdown_unsigned_module", "driver", r"Lockdown: [^\n]*unsigned module loading is restricted",
+       "kernel lockdown (Debian and Ubuntu kernels turn it on under Secure Boot: kernel_lockdown(7)) refused "
+       "an unsigned module; modprobe says \"Operation not permitted\"",
+       "load a signed module: on Ubuntu the Canonical-signed linux-modules-nvidia-<branch>-server[-open]-"
+       "<flavour>; otherwise a DKMS module signed with a key enrolled at the console (`mokutil --import "
+       "<key>`, reboot, MokManager)", REPAIR_DRIVER,
+       scopes={"kernel": "lockdown_restricted"}, gate=("lockdown",)),
     # --- fabric manager (HGX / NVSwitch hosts; corpus errors/001-002, host/004-006) -------------
     _e("fabric_manager_not_running", "fabric",
        r"cudaGetDeviceCount returned 802|system not yet initialized|CUDA error 802|\berror 802\b",
@@ -331,6 +362,14 @@ XID_SEVERITY = ("IGNORE", "RESTART_APP", "WATCH", "RESET_GPU", "REBOOT")
 # NVRM: Xid (0000:03:00): 13, ...                                  (old drivers, no PCI: prefix)
 XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?\):\s*(\d+)"
                  r"(?:,\s*(.*))?$")
+
+
+# Kernel log: a module without a valid signature that loaded anyway (no enforcement: Secure Boot off
+# or shim validation disabled), e.g. "nvidia: module verification failed: signature and/or required key
+# missing - tainting kernel" (tests/fixtures/secure_boot/dmesg_nvidia-525_unsigned-taint_*). Not an
+# error, so not an entry: secure_boot.module_signature_events reads it.
+MODULE_SIG_TAINT = re.compile(r"(?:^|\s)([\w-]+): module verification failed: signature and/or required key "
+                              r"missing - tainting kernel")
 
 
 def in_scope(scope):

@@ -34,6 +34,7 @@ try:
     from ansible.module_utils.cdi_spec import (
         CDI_DIRS, CdiSpecError, parse_cdi_list, read_spec, shadowing, staleness)
     from ansible.module_utils.daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
+    from ansible.module_utils.secure_boot import module_signature_events
 except ImportError:  # unit tests put module_utils/ on sys.path
     import error_catalogue as catalogue
     from gpu_facts import build_facts, capture as capture_gpu
@@ -41,6 +42,7 @@ except ImportError:  # unit tests put module_utils/ on sys.path
     from nvsmi_parse import ParseError, classify_error, clean_text, parse_list
     from cdi_spec import CDI_DIRS, CdiSpecError, parse_cdi_list, read_spec, shadowing, staleness
     from daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
+    from secure_boot import module_signature_events
 
 LAYERS = ("hardware", "driver", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "health")
 LAYER_TITLES = {
@@ -1059,6 +1061,38 @@ def check_xid(cap, command="dmesg"):
     return result("xid", "health", "fail", summary,
                   remedy="Xid %d (%s): %s" % (worst["code"], worst["cause"], XID_ACTIONS[worst["action"]]),
                   ev=ev, data=data)
+
+
+def check_module_signature(cap, command="dmesg"):
+    """Whether the kernel refused a module's signature (Secure Boot, lockdown, module.sig_enforce), read
+    from the kernel log with the error catalogue's "kernel" rows; the fix is the row's."""
+    if cap is None:
+        return result("module_signature", "driver", "skipped", "kernel log not read", ev=evidence(command))
+    if cap.get("rc") != 0:
+        lines = _lines(_out(cap))[:3]
+        return result("module_signature", "driver", "warn", "could not read the kernel log: %s"
+                      % (lines[0] if lines else "exit status %s" % cap.get("rc")),
+                      remedy="run the check as root, or set kernel_log_command (e.g. `journalctl -k -b --no-pager`)",
+                      ev=evidence(_cmd(cap), lines, cap.get("rc")))
+    events = module_signature_events(cap.get("stdout"))
+    data = {"rejected": [e["kind"] for e in events["rejected"]],
+            "unsigned_loaded": sorted(set(e["module"] for e in events["unsigned_loaded"]))}
+    if events["rejected"]:
+        first = events["rejected"][0]
+        entry = next(e for e in catalogue.ENTRIES if e["kind"] == first["kind"])
+        return result("module_signature", "driver", "fail",
+                      "module rejected by Secure Boot: %s" % entry["meaning"], remedy=entry["fix"],
+                      ev=evidence(_cmd(cap), [e["line"] for e in events["rejected"]][-MAX_EVIDENCE_LINES:],
+                                  cap.get("rc")), data=data)
+    if events["unsigned_loaded"]:
+        return result("module_signature", "driver", "ok",
+                      "%s loaded without a valid signature: the kernel does not enforce module signatures (Secure "
+                      "Boot off or shim validation disabled); turning Secure Boot on would reject it"
+                      % ", ".join(data["unsigned_loaded"]),
+                      ev=evidence(_cmd(cap), [e["line"] for e in events["unsigned_loaded"]], cap.get("rc")),
+                      data=data)
+    return result("module_signature", "driver", "ok", "no module signature rejection in the kernel log",
+                  ev=evidence(_cmd(cap), [], cap.get("rc")), data=data)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -255,3 +255,40 @@ def test_cuda_sample_failures_are_explained(name, layer, kind):
 def test_cuda_sample_success_is_left_alone():
     with open(os.path.join(FIXTURES, "cuda_probe", "001_success_gpu-operator-346.txt"), "rb") as handle:
         assert ex.explain(handle.read())["findings"] == []
+
+
+# Secure Boot texts (tests/fixtures/secure_boot/README.md): the kernel's and modprobe's rejection lines
+# name the driver layer; the facts (mokutil, lockdown, modinfo, dpkg, and a module that loaded unsigned)
+# are no error.
+SECURE_BOOT_EXPECTED = {
+    # "[27532.356706] Loading of unsigned module is rejected"
+    "dmesg_unsigned-module-rejected_wch-ch35x-38x-linux-32.txt": [("driver", "module_unsigned_rejected")],
+    # "Loading of module with unavailable key is rejected", then "load nvidia failed: key was rejected by service"
+    "talos-kern-log_nvidia_unavailable-key-rejected_talos-7043.txt":
+        [("driver", "module_key_unavailable"), ("driver", "secure_boot_rejected")],
+    # "Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7"
+    "journal_lockdown-unsigned-module-restricted_evdi_displaylink-debian-523.txt":
+        [("driver", "lockdown_unsigned_module")],
+    # "ERROR: The kernel module failed to load, because it was not signed by a key that is trusted by the kernel."
+    "nvidia-installer_not-signed-by-trusted-key_gpu-operator-266.txt": [("driver", "secure_boot_rejected")],
+    # nvidia-smi's "couldn't communicate with the NVIDIA driver", then modprobe's "Key was rejected by service"
+    "nvidia-smi-and-modprobe_key-rejected_ubuntu22.04-535_nvidia-graphics-drivers-62.txt":
+        [("driver", "driver_not_loaded"), ("driver", "secure_boot_rejected")],
+}
+SECURE_BOOT_FILES = sorted(n for n in os.listdir(os.path.join(FIXTURES, "secure_boot")) if n.endswith(".txt"))
+
+
+@pytest.mark.parametrize("name", SECURE_BOOT_FILES)
+def test_secure_boot_texts(name):
+    with open(os.path.join(FIXTURES, "secure_boot", name), "rb") as handle:
+        result = ex.explain(handle.read())
+    assert [(f["layer"], f["kind"]) for f in result["findings"]] == SECURE_BOOT_EXPECTED.get(name, [])
+    for finding in result["findings"]:
+        if finding["kind"] != "driver_not_loaded":
+            assert "mokutil --import" in finding["fix"] and "linux-modules-nvidia-" in finding["fix"]
+
+
+def test_every_secure_boot_row_has_a_real_example():
+    kinds = {kind for expected in SECURE_BOOT_EXPECTED.values() for _, kind in expected}
+    assert {entry["kind"] for _, entry in catalogue.in_scope("kernel")} <= kinds
+    assert set(SECURE_BOOT_EXPECTED) <= set(SECURE_BOOT_FILES)

@@ -1,0 +1,371 @@
+"""Secure Boot facts on real texts (tests/fixtures/secure_boot/README.md names every source): mokutil's
+--sb-state and --test-key, the SecureBoot EFI variable, kernel lockdown, which package provides the nvidia
+module, the kernels installed but not booted, the kernel's signature verdicts, and whether the module loads.
+Expected values are read off the texts (quoted in the comments)."""
+import os
+import re
+
+import pytest
+
+import secure_boot as sb
+import stack_check as sc
+from conftest import FIXTURES
+
+SB = os.path.join(FIXTURES, "secure_boot")
+HOST = os.path.join(FIXTURES, "host")
+
+
+def load(name, folder=SB):
+    with open(os.path.join(folder, name), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def hexdump_bytes(text):
+    """The bytes a `hexdump -C` listing shows (offset column and |ascii| column left out)."""
+    out = bytearray()
+    for line in text.splitlines():
+        match = re.match(r"^[0-9a-f]{8}  ((?:[0-9a-f]{2} {1,2})*[0-9a-f]{2})\s+\|", line)
+        if match:
+            out.extend(int(b, 16) for b in match.group(1).split())
+    return bytes(out)
+
+
+def cap(argv, rc=0, stdout="", stderr=""):
+    return {"argv": argv, "rc": rc, "stdout": stdout, "stderr": stderr}
+
+
+# --- mokutil --sb-state ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, enabled, enforcing, shim_off, setup_mode, efi", [
+    # "SecureBoot enabled"
+    ("mokutil-sb-state_enabled_ubuntu22.04_salt-66955.txt", True, True, False, False, True),
+    # "SecureBoot enabled" + "SecureBoot validation is disabled in shim"
+    ("mokutil-sb-state_enabled_validation-disabled-in-shim_holoscan-aja-doc.txt", True, False, True, False, True),
+    # "SecureBoot disabled" + "Platform is in Setup Mode"
+    ("mokutil-sb-state_disabled_setup-mode_system76-firmware-open-388.txt", False, False, False, True, True),
+    # stderr "EFI variables are not supported on this system": booted without EFI
+    ("mokutil-stderr_efi-variables-not-supported_ublue-hwe-173.txt", False, False, False, False, False),
+    # stderr "This system doesn't support Secure Boot"
+    ("mokutil-sb-state-stderr_no-secure-boot_mokutil-source.txt", False, False, False, False, False),
+])
+def test_sb_state(name, enabled, enforcing, shim_off, setup_mode, efi):
+    state = sb.parse_sb_state(load(name))
+    assert (state["enabled"], state["enforcing"], state["shim_validation_disabled"], state["setup_mode"],
+            state["efi"]) == (enabled, enforcing, shim_off, setup_mode, efi)
+    assert state["line"] == load(name).splitlines()[0]
+
+
+def test_sb_state_of_other_text_is_unknown():
+    for text in ("", None, b"\xff\xfe", 42, load("mokutil-test-key_not-enrolled_dkms-mok.pub_r-pufky-docs.txt")):
+        state = sb.parse_sb_state(text)
+        assert state["enabled"] is None and state["enforcing"] is None
+
+
+# --- the SecureBoot EFI variable ------------------------------------------------------------------
+
+def test_efivar_hexdumps():
+    # salt#66955: efivarfs "06 00 00 00 01" on the host where mokutil says "SecureBoot enabled"
+    on = hexdump_bytes(load("efivarfs-hexdump_SecureBoot_enabled_ubuntu22.04_salt-66955.txt"))
+    assert on == b"\x06\x00\x00\x00\x01"
+    assert sb.parse_efivar_secureboot(on) is True
+    # the same host's older sysfs file holds the data byte alone: "01"
+    data = hexdump_bytes(load("sysfs-vars-hexdump_SecureBoot-data_enabled_ubuntu22.04_salt-66955.txt"))
+    assert data == b"\x01" and sb.parse_efivar_secureboot(data) is True
+    # mokutil#89: SecureBoot "06 00 00 00 00" (off), SetupMode "06 00 00 00 01" (in Setup Mode)
+    off = hexdump_bytes(load("efivarfs-hexdump_SecureBoot_disabled_mokutil-89.txt"))
+    setup = hexdump_bytes(load("efivarfs-hexdump_SetupMode_on_mokutil-89.txt"))
+    assert sb.parse_efivar_secureboot(off) is False
+    assert sb.parse_efivar_secureboot(off, setup_mode=setup) is False
+
+
+def test_efivar_in_setup_mode_counts_as_off():
+    # mokutil: "SecureBoot enabled" only when SecureBoot == 1 and SetupMode == 0 (src/mokutil.c); the
+    # bytes are salt#66955's SecureBoot and mokutil#89's SetupMode.
+    on = hexdump_bytes(load("efivarfs-hexdump_SecureBoot_enabled_ubuntu22.04_salt-66955.txt"))
+    setup = hexdump_bytes(load("efivarfs-hexdump_SetupMode_on_mokutil-89.txt"))
+    assert sb.parse_efivar_secureboot(on, setup_mode=setup) is False
+    assert sb.parse_efivar_secureboot(on, setup_mode=b"\x06\x00\x00\x00\x00") is True
+
+
+def test_efivar_other_bytes_are_unknown():
+    hexdump_text = load("efivarfs-hexdump_SecureBoot_enabled_ubuntu22.04_salt-66955.txt")
+    for data in (None, b"", b"\x06\x00\x00\x00", b"\x06\x00\x00\x00\x07", hexdump_text, hexdump_text.encode(), 5):
+        assert sb.parse_efivar_secureboot(data) is None
+
+
+# --- /sys/kernel/security/lockdown ----------------------------------------------------------------
+
+@pytest.mark.parametrize("name, mode", [
+    ("lockdown_none_ubuntu18.04_bpftrace-2455.txt", "none"),              # "[none] integrity confidentiality"
+    ("lockdown_integrity_two-levels_ibm-linux-on-z-doc.txt", "integrity"),  # "none [integrity]"
+    ("lockdown_none_two-levels_ibm-linux-on-z-doc.txt", "none"),           # "[none] integrity"
+])
+def test_lockdown(name, mode):
+    assert sb.parse_lockdown(load(name)) == mode
+
+
+def test_lockdown_of_other_text():
+    assert sb.parse_lockdown("cat: /sys/kernel/security/lockdown: No such file or directory\n") is None
+    assert sb.parse_lockdown(None) is None
+
+
+# --- mokutil --test-key ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, enrolled, key", [
+    ("mokutil-test-key_not-enrolled_dkms-mok.pub_r-pufky-docs.txt", False, "/var/lib/dkms/mok.pub"),
+    ("mokutil-test-key_enrolled_dkms-mok.pub_r-pufky-docs.txt", True, "/var/lib/dkms/mok.pub"),
+    ("mokutil-test-key_enrolled_mokutil-commit-9ae73db.txt", True, "sb_cert.cer"),
+])
+def test_test_key(name, enrolled, key):
+    verdict = sb.parse_test_key(load(name))
+    assert (verdict["enrolled"], verdict["key"], verdict["pending"]) == (enrolled, key, False)
+
+
+def test_test_key_of_other_text_is_unknown():
+    for text in (load("mokutil-stderr_efi-variables-not-supported_ublue-hwe-173.txt"), "", None):
+        assert sb.parse_test_key(text)["enrolled"] is None
+
+
+def test_dkms_key_per_distribution():
+    # dkms.in prepare_mok(): Ubuntu signs with update-secureboot-policy's MOK, the rest with DKMS's own
+    assert sb.dkms_mok_certificate("ubuntu") == "/var/lib/shim-signed/mok/MOK.der"
+    assert sb.dkms_mok_certificate("debian") == "/var/lib/dkms/mok.pub"
+    assert sb.dkms_mok_certificate(None) == "/var/lib/dkms/mok.pub"
+
+
+# --- which package provides the module ------------------------------------------------------------
+
+def test_modinfo_of_a_dkms_build():
+    # "filename:       /lib/modules/6.8.0-90-generic/updates/dkms/nvidia.ko"
+    text = load("modinfo-nvidia_dkms_590.44.01_ubuntu-6.8.0-90_aikitoria-open-gpu-kernel-modules-15_excerpt.txt")
+    info = sb.parse_modinfo(text)
+    assert info["filename"] == "/lib/modules/6.8.0-90-generic/updates/dkms/nvidia.ko"
+    assert info["version"] == "590.44.01" and info["signer"] is None
+    source = sb.module_source(modinfo=text)
+    assert source["kind"] == "dkms" and source["filename"] == info["filename"]
+    assert sb.module_package(modinfo=text) == "dkms"
+
+
+def test_signed_module_layout():
+    # linux-signatures-nvidia-5.15.0-112-generic ships .../kernel/nvidia-390/bits/*.ko.sig, .../nvidia-450srv/bits/
+    paths = [line.split()[-1].lstrip(".") for line in load(
+        "dpkg-deb-c_linux-signatures-nvidia-5.15.0-112_gpu-driver-container-35_excerpt.txt").splitlines()]
+    signatures = [p for p in paths if p.endswith(".ko.sig")]
+    assert len(signatures) == 4
+    assert {sb.module_path_kind(p) for p in signatures} == {"signed-prebuilt"}
+    assert sb.module_path_kind("/lib/modules/5.15.0-112-generic/kernel/nvidia-450srv/bits/") == "signed-prebuilt"
+    assert sb.module_path_kind("/lib/modules/5.15.0-112-generic/kernel/") is None
+
+
+@pytest.mark.parametrize("folder, name, kver, kind, package", [
+    # "ii  linux-modules-nvidia-525-5.15.0-58-generic 5.15.0-58.64+1 ..." and no DKMS package
+    (SB, "dpkg-l_linux-modules-nvidia-525_ubuntu22.04_elementary-settings-system-302.txt", "5.15.0-58-generic",
+     "signed-prebuilt", "linux-modules-nvidia-525-5.15.0-58-generic"),
+    (SB, "dpkg-l_linux-modules-nvidia-525_ubuntu22.04_elementary-settings-system-302.txt", None,
+     "signed-prebuilt", "linux-modules-nvidia-525-5.15.0-58-generic"),
+    # corpus host/007: "ii  linux-modules-nvidia-550-server-6.8.0-51-generic 6.8.0-51.52+1 ..."
+    (HOST, "007_dpkg-l_550.127.08-server_ubuntu24.04_linux-modules-nvidia-signed_excerpt.txt", "6.8.0-51-generic",
+     "signed-prebuilt", "linux-modules-nvidia-550-server-6.8.0-51-generic"),
+    # the same packages say nothing about another kernel
+    (HOST, "007_dpkg-l_550.127.08-server_ubuntu24.04_linux-modules-nvidia-signed_excerpt.txt", "6.8.0-52-generic",
+     None, None),
+    # Debian: "nvidia-open-kernel-dkms	580.105.08-1	hi " (held, installed)
+    (HOST, "dpkg-query-W_debian-trixie_nvidia-driver-580-held.txt", None, "dkms", "nvidia-open-kernel-dkms"),
+])
+def test_installed_packages_name_the_source(folder, name, kver, kind, package):
+    source = sb.module_source(packages=load(name, folder), kver=kver)
+    assert (source["kind"], source["package"]) == (kind, package)
+
+
+def test_removed_packages_do_not_count():
+    # "rc  nvidia-compute-utils-525 ..." is removed (configuration kept)
+    installed = sb.installed_packages(
+        load("dpkg-l_linux-modules-nvidia-525_ubuntu22.04_elementary-settings-system-302.txt"))
+    assert "nvidia-compute-utils-525" not in installed
+    assert installed["linux-signatures-nvidia-5.15.0-58-generic"] == "5.15.0-58.64+1"
+    assert installed["libnvidia-compute-525"] == "525.78.01-0ubuntu0.22.04.1"
+
+
+def test_both_installed_leaves_it_to_modinfo():
+    both = (load("dpkg-l_linux-modules-nvidia-525_ubuntu22.04_elementary-settings-system-302.txt")
+            + load("dpkg-query-W_debian-trixie_nvidia-driver-580-held.txt", HOST))
+    source = sb.module_source(packages=both)
+    assert source["kind"] is None and "modinfo" in source["evidence"]
+    dkms = load("modinfo-nvidia_dkms_590.44.01_ubuntu-6.8.0-90_aikitoria-open-gpu-kernel-modules-15_excerpt.txt")
+    assert sb.module_source(packages=both, modinfo=dkms)["kind"] == "dkms"
+
+
+def test_signed_package_names():
+    # apt log (PXDiv/Div-Acer-Manager-Max#38): per-kernel and flavour packages of branch 570 (not -server)
+    names = re.findall(r"Setting up (linux-modules-nvidia-\S+)", load(
+        "apt-setting-up_linux-modules-nvidia-570_6.14.0-23-and-24_pxdiv-div-acer-manager-max-38_excerpt.txt"))
+    parsed = [sb.signed_package(n) for n in names]
+    assert [(p["branch"], p["server"], p["open"], p["kver"], p["flavour"]) for p in parsed] == [
+        (570, False, False, "6.14.0-23-generic", None),
+        (570, False, False, "6.14.0-24-generic", None),
+        (570, False, False, None, "generic-hwe-24.04")]
+    assert sb.signed_package("linux-modules-nvidia-550-server-6.8.0-51-generic")["server"] is True
+    assert sb.signed_package("nvidia-dkms-535") is None
+
+
+def test_signed_metapackage_names_match_ubuntu_drivers():
+    # "nvidia-driver-570-server, (kernel modules provided by linux-modules-nvidia-570-server-generic)"
+    listing = load("ubuntu-drivers-list-gpgpu_server.txt", HOST)
+    pairs = re.findall(r"^nvidia-driver-(\d+)-server, \(kernel modules provided by (\S+)\)$", listing, re.M)
+    assert len(pairs) == 3
+    for branch, package in pairs:
+        assert sb.signed_modules_metapackage(int(branch), "generic") == package
+    assert sb.signed_modules_metapackage(580, "generic", open_modules=True) == \
+        "linux-modules-nvidia-580-server-open-generic"
+
+
+# --- kernels installed but not booted -------------------------------------------------------------
+
+def test_kernels_not_booted_from_dkms_status():
+    # "nvidia/535.113.01, 5.15.0-86-generic, ...", "... 6.2.0-33-generic ...", "... 6.2.0-34-generic ..."
+    text = load("dkms-status_nvidia-535.113.01_three-kernels_nvidia-graphics-drivers-62.txt")
+    assert sb.installed_kernels(text) == ["5.15.0-86-generic", "6.2.0-33-generic", "6.2.0-34-generic"]
+    # were the host running 6.2.0-33-generic, 6.2.0-34 is the newer kernel the next boot starts
+    assert sb.kernels_not_booted(text, "6.2.0-33-generic") == [
+        {"kver": "5.15.0-86-generic", "newer": False}, {"kver": "6.2.0-34-generic", "newer": True}]
+    assert sb.kernels_not_booted(text, "6.2.0-34-generic") == [
+        {"kver": "5.15.0-86-generic", "newer": False}, {"kver": "6.2.0-33-generic", "newer": False}]
+
+
+def test_kernels_of_the_signed_module_packages():
+    # apt set up linux-modules-nvidia-570 for 6.14.0-23 and for the newly installed 6.14.0-24
+    text = load("apt-setting-up_linux-modules-nvidia-570_6.14.0-23-and-24_pxdiv-div-acer-manager-max-38_excerpt.txt")
+    kvers = [sb.signed_package(n)["kver"] for n in re.findall(r"Setting up (linux-modules-nvidia-\S+)", text)
+             if sb.signed_package(n)["kver"]]
+    assert sb.kernels_not_booted(kvers, "6.14.0-23-generic") == [{"kver": "6.14.0-24-generic", "newer": True}]
+
+
+def test_kernel_release_order():
+    assert sb.kernel_key("6.2.0-34-generic") == (6, 2, 0, 34)
+    assert sb.kernel_key("5.14.0-427.13.1.el9_4.x86_64") == (5, 14, 0, 427, 13, 1)
+    assert sb.installed_kernels(["/lib/modules/6.1.0-28-amd64", "vmlinuz-6.1.0-27-amd64", "6.1.0-28-amd64"]) == [
+        "6.1.0-27-amd64", "6.1.0-28-amd64"]
+
+
+# --- the kernel's signature verdicts --------------------------------------------------------------
+
+@pytest.mark.parametrize("folder, name, kinds, unsigned", [
+    # "nvidia: module verification failed: signature and/or required key missing - tainting kernel": it loaded
+    (SB, "dmesg_nvidia-525_unsigned-taint_k8s-device-plugin-480.txt", [], ["nvidia"]),
+    # "Loading of module with unavailable key is rejected", then "load nvidia failed: key was rejected by service"
+    (SB, "talos-kern-log_nvidia_unavailable-key-rejected_talos-7043.txt",
+     ["module_key_unavailable", "secure_boot_rejected"], []),
+    # "[27532.356706] Loading of unsigned module is rejected"
+    (SB, "dmesg_unsigned-module-rejected_wch-ch35x-38x-linux-32.txt", ["module_unsigned_rejected"], []),
+    # "Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7" (evdi: modprobe's
+    # "Operation not permitted" line names no nvidia module)
+    (SB, "journal_lockdown-unsigned-module-restricted_evdi_displaylink-debian-523.txt",
+     ["lockdown_unsigned_module"], []),
+    # NVIDIA's installer: "...because it was not signed by a key that is trusted by the kernel..."
+    (SB, "nvidia-installer_not-signed-by-trusted-key_gpu-operator-266.txt", ["secure_boot_rejected"], []),
+    # gdm3's "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service", six times
+    (os.path.join(FIXTURES, "errors"), "003_journal_modprobe-nvidia-key-rejected-by-service_secure-boot.txt",
+     ["secure_boot_rejected"] * 6, []),
+    (SB, "mokutil-sb-state_enabled_ubuntu22.04_salt-66955.txt", [], []),
+])
+def test_module_signature_events(folder, name, kinds, unsigned):
+    events = sb.module_signature_events(load(name, folder))
+    assert [e["kind"] for e in events["rejected"]] == kinds
+    assert [e["module"] for e in events["unsigned_loaded"]] == unsigned
+    assert events["rejected_kind"] == (kinds[0] if kinds else None)
+
+
+def test_stack_check_names_the_rejection_and_the_fix():
+    check = sc.check_module_signature(cap(["dmesg"], 0, load(
+        "talos-kern-log_nvidia_unavailable-key-rejected_talos-7043.txt")))
+    assert (check["name"], check["layer"], check["status"]) == ("module_signature", "driver", "fail")
+    assert check["summary"].startswith("module rejected by Secure Boot: ")
+    assert "mokutil --test-key" in check["remedy"] and "mokutil --import" in check["remedy"]
+    assert check["evidence"]["lines"][0].endswith("Loading of module with unavailable key is rejected")
+    assert check["data"]["rejected"] == ["module_key_unavailable", "secure_boot_rejected"]
+    modprobe = sc.check_module_signature(cap(["journalctl", "-k"], 0, load(
+        "nvidia-smi-and-modprobe_key-rejected_ubuntu22.04-535_nvidia-graphics-drivers-62.txt")))
+    assert modprobe["status"] == "fail" and "linux-modules-nvidia-<branch>-server" in modprobe["remedy"]
+
+
+def test_stack_check_unsigned_but_loaded_and_unreadable_logs():
+    taint = sc.check_module_signature(cap(["dmesg"], 0, load(
+        "dmesg_nvidia-525_unsigned-taint_k8s-device-plugin-480.txt")))
+    assert taint["status"] == "ok" and taint["data"]["unsigned_loaded"] == ["nvidia"]
+    assert "module verification failed" in taint["evidence"]["lines"][0]
+    clean = sc.check_module_signature(cap(["dmesg"], 0, "[    0.0] Linux version 6.1\n"))
+    assert clean["status"] == "ok" and clean["remedy"] is None
+    denied = sc.check_module_signature(cap(["dmesg"], 1, "", "dmesg: read kernel buffer failed: Operation not "
+                                                             "permitted\n"))
+    assert denied["status"] == "warn" and "journalctl" in denied["remedy"]
+    assert sc.check_module_signature(None)["status"] == "skipped"
+
+
+# --- would the module load ------------------------------------------------------------------------
+
+ENABLED = "mokutil-sb-state_enabled_ubuntu22.04_salt-66955.txt"
+SHIM_OFF = "mokutil-sb-state_enabled_validation-disabled-in-shim_holoscan-aja-doc.txt"
+DISABLED = "mokutil-sb-state_disabled_setup-mode_system76-firmware-open-388.txt"
+NOT_ENROLLED = "mokutil-test-key_not-enrolled_dkms-mok.pub_r-pufky-docs.txt"
+ENROLLED = "mokutil-test-key_enrolled_dkms-mok.pub_r-pufky-docs.txt"
+DKMS_MODINFO = "modinfo-nvidia_dkms_590.44.01_ubuntu-6.8.0-90_aikitoria-open-gpu-kernel-modules-15_excerpt.txt"
+SIGNED_DPKG = "dpkg-l_linux-modules-nvidia-525_ubuntu22.04_elementary-settings-system-302.txt"
+
+
+def facts(sb_name, module=None, test_key=None):
+    state = sb.parse_sb_state(load(sb_name))
+    kind = sb.module_package(modinfo=load(module)) if module == DKMS_MODINFO else \
+        sb.module_package(packages=load(module)) if module else None
+    enrolled = sb.parse_test_key(load(test_key))["enrolled"] if test_key else None
+    return state, kind, enrolled
+
+
+def test_dkms_without_enrolled_mok_does_not_load_on_ubuntu():
+    state, kind, enrolled = facts(ENABLED, DKMS_MODINFO, NOT_ENROLLED)
+    verdict = sb.load_verdict(state, kind, enrolled, distribution="ubuntu", branch=580, flavour="generic",
+                              open_modules=True)
+    assert verdict["loads"] is False and "not an enrolled MOK" in verdict["reason"]
+    assert "linux-modules-nvidia-580-server-open-generic" in verdict["fix"]
+    assert "mokutil --import /var/lib/shim-signed/mok/MOK.der" in verdict["fix"]
+    assert "no playbook can complete the enrolment" in verdict["fix"]
+    assert verdict["console_required"] is False  # the signed package needs no console
+
+
+def test_dkms_without_enrolled_mok_does_not_load_on_debian():
+    state, kind, enrolled = facts(ENABLED, DKMS_MODINFO, NOT_ENROLLED)
+    verdict = sb.load_verdict(state, kind, enrolled, distribution="debian")
+    assert verdict["loads"] is False and verdict["console_required"] is True
+    assert "mokutil --import /var/lib/dkms/mok.pub" in verdict["fix"] and "reboot" in verdict["fix"]
+    assert "linux-modules-nvidia" not in verdict["fix"] and "no playbook" in verdict["fix"]
+
+
+def test_what_loads():
+    state, kind, enrolled = facts(ENABLED, DKMS_MODINFO, ENROLLED)
+    assert sb.load_verdict(state, kind, enrolled, distribution="debian")["loads"] is True
+    state, kind, _ = facts(ENABLED, SIGNED_DPKG)
+    signed = sb.load_verdict(state, kind, None, distribution="ubuntu")
+    assert kind == "signed-prebuilt" and signed["loads"] is True and signed["fix"] is None
+    # "SecureBoot validation is disabled in shim": enabled, not enforced
+    state, kind, enrolled = facts(SHIM_OFF, DKMS_MODINFO, NOT_ENROLLED)
+    shim = sb.load_verdict(state, kind, enrolled)
+    assert shim["loads"] is True and "validation is disabled" in shim["reason"]
+    state, kind, enrolled = facts(DISABLED, DKMS_MODINFO, NOT_ENROLLED)
+    assert sb.load_verdict(state, kind, enrolled)["loads"] is True
+
+
+def test_what_cannot_be_told():
+    state, kind, _ = facts(ENABLED, DKMS_MODINFO)
+    unknown_key = sb.load_verdict(state, kind, None, distribution="ubuntu")
+    assert unknown_key["loads"] is None and "mokutil --test-key /var/lib/shim-signed/mok/MOK.der" in \
+        unknown_key["reason"]
+    assert sb.load_verdict(state, None)["loads"] is None
+    # text that is not --sb-state's: the state is unknown
+    assert sb.load_verdict(sb.parse_sb_state(load(NOT_ENROLLED)), kind, False)["loads"] is None
+    assert sb.load_verdict(None, kind, False)["loads"] is None
+    assert sb.load_verdict(False, kind, False)["loads"] is True
+
+
+def test_dpkg_s_of_another_file_names_no_module_source():
+    # "nvidia-smi: /usr/bin/nvidia-smi" (dpkg-query -S on Debian): a real -S line, but not the module's file
+    source = sb.module_source(dpkg_s=load("dpkg-query-S_nvidia-smi_debian.txt", HOST))
+    assert source["kind"] is None and source["package"] is None
