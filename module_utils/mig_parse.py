@@ -317,11 +317,11 @@ def validate_layout(layout, profiles, placements=None):
     placements: that GPU's parse_lgipp rows, optional.
 
     Checks, in order: every name is a profile the GPU offers (else the message lists those it
-    offers); no profile is asked for more often than its instance Total; then, with placements,
-    whether the GIs can take non-overlapping placements (exact, memory slots); without placements,
-    only that the <N>g compute slices add up to no more than the GPU has, which is necessary but
-    not sufficient (A100 [3g, 3g, 1g] passes it and still does not fit: two 3g GIs cover all 8
-    memory slots; pass placements to catch that).
+    offers); no profile is asked for more often than its instance Total (not Free: the layout is
+    the whole GPU's); the <N>g compute slices add up to no more than the GPU has (the Total of its
+    plain 1g profile); with placements, the GIs can take non-overlapping placements (memory slots).
+    Without placements the checks are necessary, not sufficient: A100 [3g, 3g, 1g] has 7 compute
+    slices and still does not fit, because two 3g GIs cover all 8 memory slots.
     """
     names = _names(layout)
     gpu = _one_gpu(profiles, "the profiles")
@@ -350,22 +350,20 @@ def validate_layout(layout, profiles, placements=None):
                                by_name[name]["instances_free"], total))
     if problems or not names:
         return problems
-    table, slots = _placement_table(placements or [], profiles)
-    if placements and all(name in table for name in names):
-        if not _pack([table[name] for name in names], slots):
-            need = sum(table[name][1] for name in names)
-            problems.append("%s cannot hold %s at once: %s (placements from -lgipp: %s)"
-                            % (label, ", ".join(names),
-                               "they need %d memory slots and it has %d" % (need, slots) if need > slots
-                               else "no non-overlapping placement exists",
-                               "; ".join("%s at {%s}:%d" % (n, ",".join(str(s) for s in table[n][0]),
-                                                            table[n][1]) for n in dict.fromkeys(names))))
-        return problems
     have = _compute_slices(profiles)
     need = sum(by_name[name]["slices"] for name in names)
     if have and need > have:
         problems.append("%s has %d compute slices, and %s need %d"
                         % (label, have, ", ".join(names), need))
+    table, slots = _placement_table(placements or [], profiles)
+    if placements and all(name in table for name in names) and not _pack([table[n] for n in names], slots):
+        need = sum(table[name][1] for name in names)
+        problems.append("%s cannot hold %s at once: %s (placements from -lgipp: %s)"
+                        % (label, ", ".join(names),
+                           "they need %d memory slots and it has %d" % (need, slots) if need > slots
+                           else "no non-overlapping placement exists",
+                           "; ".join("%s at {%s}:%d" % (n, ",".join(str(s) for s in table[n][0]), table[n][1])
+                                     for n in dict.fromkeys(names))))
     return problems
 
 
