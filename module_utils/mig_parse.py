@@ -233,8 +233,8 @@ def parse_lgipp(data):
     start slots), size (slots a GI of the profile covers)."""
     text = clean_text(data)
     form = detect_mig_form(text)
-    if form not in (None, "lgipp"):
-        raise ParseError("this is the output of `%s`, not of `nvidia-smi mig -lgipp`" % _COMMANDS.get(form, form))
+    if form in _COMMANDS and form != "lgipp":
+        raise ParseError("this is the output of `%s`, not of `nvidia-smi mig -lgipp`" % _COMMANDS[form])
     rows = []
     for line in text.split("\n"):
         match = _LGIPP.match(line.strip())

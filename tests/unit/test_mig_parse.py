@@ -163,6 +163,8 @@ def test_lgipp_a30_has_four_slots():
 def test_lgipp_refuses_a_profile_table():
     with pytest.raises(m.ParseError, match="mig -lgip`"):
         m.parse_lgipp(load(H100_LGIP))
+    with pytest.raises(m.ParseError, match="no `nvidia-smi mig -lgipp` lines"):
+        m.parse_lgipp(load("lci_510.47.03_A100-PCIE-40GB_none-found.txt"))
 
 
 # --- -lgi --------------------------------------------------------------------------------------
