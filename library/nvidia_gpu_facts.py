@@ -116,7 +116,8 @@ ansible_facts:
               C(architecture), C(compute_capability), C(min_driver_branch),
               C(open_kernel_modules_required), C(memory_total_mib), C(memory_used_mib), C(memory_free_mib),
               C(memory_reserved_mib), C(persistence_mode) (true/false/null), C(driver_model), C(compute_mode),
-              C(mig_mode) (true/false/null), C(mig_devices), C(utilization_gpu), C(utilization_memory),
+              C(mig_mode) (true/false/null), C(mig_mode_pending) (true/false/null, the mode after the next
+              GPU reset or reboot), C(mig_devices), C(utilization_gpu), C(utilization_memory),
               C(power_draw_w), C(power_limit_w), C(temperature_c), C(fan_speed_pct), C(performance_state),
               C(clocks_event_reasons_active) (list of names such as C(sw_power_cap); null when not reported).
             - Empty unless I(state) is C(ok).

@@ -243,7 +243,8 @@ def _new_gpu(index):
         "open_kernel_modules_required": None,
         "memory_total_mib": None, "memory_used_mib": None, "memory_free_mib": None,
         "memory_reserved_mib": None, "persistence_mode": None, "driver_model": None,
-        "compute_mode": None, "mig_mode": None, "mig_devices": [], "utilization_gpu": None,
+        "compute_mode": None, "mig_mode": None, "mig_mode_pending": None, "mig_devices": [],
+        "utilization_gpu": None,
         "utilization_memory": None, "power_draw_w": None, "power_limit_w": None,
         "temperature_c": None, "fan_speed_pct": None, "performance_state": None,
         "clocks_event_reasons_active": None,
@@ -326,6 +327,7 @@ def _xml_gpu(node, index, warnings):
     gpu["driver_model"] = _xtext(node, "driver_model/current_dm")
     gpu["compute_mode"] = _compute_mode(_xtext(node, "compute_mode"))
     gpu["mig_mode"] = _mode(_xtext(node, "mig_mode/current_mig"))
+    gpu["mig_mode_pending"] = _mode(_xtext(node, "mig_mode/pending_mig"))
     gpu["utilization_gpu"] = _int(_xtext(node, "utilization/gpu_util"))
     gpu["utilization_memory"] = _int(_xtext(node, "utilization/memory_util"))
     power = node.find("gpu_power_readings")
@@ -519,6 +521,7 @@ def _q_gpu(section, index, bus_id):
     gpu["driver_model"] = _value(section.get("Driver Model", "Current"))
     gpu["compute_mode"] = _compute_mode(section.get("Compute Mode"))
     gpu["mig_mode"] = _mode(section.get("MIG Mode", "Current"))
+    gpu["mig_mode_pending"] = _mode(section.get("MIG Mode", "Pending"))
     gpu["utilization_gpu"] = _int(section.get("Utilization", "GPU"))
     gpu["utilization_memory"] = _int(section.get("Utilization", "Memory"))
     power = section.find("GPU Power Readings", "Power Readings")
@@ -921,6 +924,7 @@ def _csv_gpu(record, position):
     gpu["driver_model"] = _first(record, "driver_model.current")
     gpu["compute_mode"] = _compute_mode(_first(record, "compute_mode"))
     gpu["mig_mode"] = _mode(_first(record, "mig.mode.current"))
+    gpu["mig_mode_pending"] = _mode(_first(record, "mig.mode.pending"))
     gpu["compute_capability"] = _first(record, "compute_cap")
     gpu["utilization_gpu"] = _int(_first(record, "utilization.gpu"))
     gpu["utilization_memory"] = _int(_first(record, "utilization.memory"))
@@ -993,6 +997,9 @@ def parse_compute_apps_csv(data, fields=None):
 
 _LIST_GPU = re.compile(r"^GPU (\d+): (.*?) \(UUID: ([^)\s]+)\)\s*$")
 _LIST_MIG = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: ([^)\s]+)\)\s*$")
+# Drivers before 470 name a MIG device by its GPU and its GPU/compute instance ids:
+# MIG-GPU-<gpu uuid>/<gi>/<ci>; later ones print an opaque MIG-<uuid> (no ids in it).
+_LIST_MIG_OLD_UUID = re.compile(r"^MIG-(GPU-[0-9A-Fa-f-]+)/(\d+)/(\d+)$")
 
 
 def parse_list(data):
@@ -1008,8 +1015,11 @@ def parse_list(data):
             continue
         match = _LIST_MIG.match(line)
         if match and result["gpus"]:
+            old = _LIST_MIG_OLD_UUID.match(match.group(3))
             result["gpus"][-1]["mig_devices"].append({
-                "index": int(match.group(2)), "gpu_instance_id": None, "compute_instance_id": None,
+                "index": int(match.group(2)),
+                "gpu_instance_id": int(old.group(2)) if old else None,
+                "compute_instance_id": int(old.group(3)) if old else None,
                 "profile": match.group(1), "uuid": match.group(3), "multiprocessor_count": None,
                 "memory_total_mib": None, "memory_used_mib": None})
     if not result["gpus"]:
