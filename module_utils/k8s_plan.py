@@ -68,11 +68,10 @@ def slices_per_gpu(workload, advertised=None, replicas_option=None):
     return 1, None  # the config slices other resources only: whole GPUs
 
 
-def _processes(workload, util):
-    """One entry per GPU reference its pods hold: each runs one vLLM rank (process)."""
-    refs = workload["replicas"] * workload["gpu_count"]
+def _processes(workload, refs):
+    """One entry per GPU reference the pods hold: each runs one vLLM rank (process)."""
     return [{"name": "%s-%d" % (workload["name"], i), "workload": workload["name"],
-             "gpu_memory_utilization": util, "gpu_index": 0} for i in range(refs)]
+             "gpu_memory_utilization": workload["gpu_memory_utilization"], "gpu_index": 0} for i in range(refs)]
 
 
 def gpu_groups(rows):
@@ -85,13 +84,13 @@ def gpu_groups(rows):
             continue
         if row["slices"] == 1:
             groups.append({"resource": row["gpu_resource"], "slices": 1, "workloads": [row["name"]],
-                           "processes": _processes(dict(row, replicas=1, gpu_count=1), row["util"])})
+                           "processes": _processes(row, 1)})
         else:
             key = (row["gpu_resource"], row["slices"])
             group = shared.setdefault(key, {"resource": key[0], "slices": key[1], "workloads": [],
                                             "processes": []})
             group["workloads"].append(row["name"])
-            group["processes"].extend(_processes(row, row["util"]))
+            group["processes"].extend(_processes(row, row["replicas"] * row["gpu_count"]))
     for group in shared.values():
         offered = len(group["processes"])
         group["processes"] = sorted(group["processes"], key=lambda p: -p["gpu_memory_utilization"])[:group["slices"]]
@@ -112,13 +111,14 @@ def check_group(group, cuda_total, held_mib, outside_mib):
     # Capped as vllm_plan's own remedies are: the share nothing else on the GPU may need.
     largest = min(MAX_UTILIZATION, even_share(check))
     top = group["processes"][0]["gpu_memory_utilization"]
+    processes = [dict(p, budget_mib=int(round(p["gpu_memory_utilization"] * cuda_total))) for p in group["processes"]]
     out = {
         "resource": group["resource"],
         "time_slicing_replicas": group["slices"] if group["slices"] > 1 else None,
         "workloads": group["workloads"],
         "replicas_on_one_gpu": count,
-        "processes": [dict(p, budget_mib=int(round(p["gpu_memory_utilization"] * cuda_total))) for p in group["processes"]],
-        "budgets_mib": sum(int(round(p["gpu_memory_utilization"] * cuda_total)) for p in group["processes"]),
+        "processes": processes,
+        "budgets_mib": sum(p["budget_mib"] for p in processes),
         "outside_budget_mib": outside_mib * count,
         "held_mib": held_mib,
         "required_mib": check["required_mib"],
@@ -164,14 +164,12 @@ def plan_manifest(workloads, device, advertised=None, replicas_option=None, held
         slices, reason = slices_per_gpu(workload, advertised, replicas_option)
         if reason:
             reasons.append({"code": "resource_not_advertised", "message": reason})
-        rows.append(dict(workload, util=util, slices=slices, gpu_memory_utilization=util, utilization_source=source,
+        rows.append(dict(workload, slices=slices, gpu_memory_utilization=util, utilization_source=source,
                          budget_mib=int(round(util * cuda_total))))
     gpus = [check_group(g, cuda_total, held_mib, outside_budget_mib) for g in gpu_groups(rows)]
     for gpu in gpus:
         if not gpu["fits"]:
             reasons.append({"code": "replicas_overflow_gpu", "message": overflow_message(gpu, outside_budget_mib)})
-    for row in rows:
-        del row["util"]
     return {
         "verdict": "refuse" if reasons else "ok",
         "reasons": reasons,

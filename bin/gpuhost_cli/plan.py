@@ -31,7 +31,8 @@ from vllm_plan import PlanError, plan, render_text, resolve_version
 
 def _parser():
     p = Parser(prog="gpuhost plan", description="vLLM memory plan before a start",
-                epilog="GPUs the catalogue knows: %s" % ", ".join(gpu_memory.names()))
+                epilog="GPUs the catalogue knows: %s. A Kubernetes manifest's replicas against one GPU: "
+                       "gpuhost plan --manifest FILE --help" % ", ".join(gpu_memory.names()))
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--gpu", dest="gpu_name", help="a catalogue GPU (its nvidia-smi total and reserved memory)")
     p.add_argument("--gpu-memory-mib", help="total memory of one GPU as nvidia-smi prints it (MiB)")
