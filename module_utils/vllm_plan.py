@@ -636,8 +636,8 @@ def remedies(spec, plan, others_utilization=0.0, overflow=None):
     base_16bit = spec["weights_total_gib"] * 16.0 / bits if bits < 16 else spec["weights_total_gib"]
 
     if overflow is not None:
-        room = 1.0 - overflow["held_mib"] / float(overflow["total_mib"])
-        each = math.floor(room / len(overflow["names"]) * 100) / 100.0
+        room = budget_room(overflow)
+        each = even_share(overflow)
         if each > 0:
             out.append(_remedy("share_gpu_evenly", "--gpu-memory-utilization %.2f on each of the %d "
                                "instances on GPU %d (sum %.2f <= %.2f)"
@@ -718,7 +718,7 @@ def gpu_rejudged(remedy, spec, overflow):
     the summed utilisation to what fits, it fixes nothing there and is refused, saying so.
     (overflow["includes_plan"] false: the over-committed GPU is another one, which no change of this
     instance relieves.)"""
-    room = 1.0 - overflow["held_mib"] / float(overflow["total_mib"])
+    room = budget_room(overflow)
     summed = overflow["sum_utilization"]
     if overflow.get("includes_plan", True):
         summed += remedy["gpu_memory_utilization"] - spec["gpu_memory_utilization"]
@@ -732,12 +732,14 @@ def gpu_rejudged(remedy, spec, overflow):
 
 # ---------------------------------------------------------------- several instances
 
-def check_instances(instances, gpu_memory_mib, held_mib=0):
+def check_instances(instances, gpu_memory_mib, held_mib=0, per_instance_mib=0):
     """Several vLLM instances on one GPU: time-slicing does not divide memory,
     so their budgets plus what is already held must fit the device.
 
-    instances: [{name, gpu_memory_utilization, gpu_index}].  Returns one entry per
-    GPU index: {gpu_index, names, sum_utilization, required_mib, total_mib, fits}.
+    instances: [{name, gpu_memory_utilization, gpu_index}].  per_instance_mib: what each
+    process holds beyond its budget (0 here; `gpuhost plan --manifest` counts it).  Returns
+    one entry per GPU index: {gpu_index, names, sum_utilization, required_mib, held_mib,
+    per_instance_mib, total_mib, fits}.
     """
     by_gpu = {}
     for i, inst in enumerate(instances or []):
@@ -755,18 +757,31 @@ def check_instances(instances, gpu_memory_mib, held_mib=0):
     for index in sorted(by_gpu):
         members = by_gpu[index]
         total_util = sum(u for _, u in members)
-        required = total_util * gpu_memory_mib + held_mib
+        required = total_util * gpu_memory_mib + held_mib + per_instance_mib * len(members)
         out.append({
             "gpu_index": index,
             "names": [n for n, _ in members],
             "sum_utilization": round(total_util, 4),
             "required_mib": int(round(required)),
             "held_mib": held_mib,
+            "per_instance_mib": per_instance_mib,
             "total_mib": gpu_memory_mib,
             # A hair of tolerance so 4 x 0.25 on an idle GPU is not refused for a float.
             "fits": required <= gpu_memory_mib * (1 + 1e-9),
         })
     return out
+
+
+def budget_room(check):
+    """The share of the GPU left for budgets: what is neither held nor outside the budgets."""
+    outside = check["held_mib"] + check.get("per_instance_mib", 0) * len(check["names"])
+    return 1.0 - outside / float(check["total_mib"])
+
+
+def even_share(check):
+    """The largest --gpu-memory-utilization each instance of a check may have, all alike,
+    floored to two decimals (the epsilon keeps 0.29 x 100 = 28.999... at 0.29)."""
+    return math.floor(budget_room(check) / len(check["names"]) * 100 + 1e-9) / 100.0
 
 
 def instances_reasons(checks):
@@ -775,6 +790,8 @@ def instances_reasons(checks):
         if check["fits"]:
             continue
         held = (" + %d MiB held" % check["held_mib"]) if check["held_mib"] else ""
+        if check.get("per_instance_mib"):
+            held += " + %d x %d MiB outside the budgets" % (len(check["names"]), check["per_instance_mib"])
         reasons.append({
             "code": "instances_overflow",
             "message": ("GPU %d: %d instances (%s) budget %.2f x %d MiB%s = %d MiB > %d MiB; "
@@ -782,8 +799,7 @@ def instances_reasons(checks):
                         "must sum to <= %.2f"
                         % (check["gpu_index"], len(check["names"]), ", ".join(check["names"]),
                            check["sum_utilization"], check["total_mib"], held,
-                           check["required_mib"], check["total_mib"],
-                           1.0 - check["held_mib"] / float(check["total_mib"]))),
+                           check["required_mib"], check["total_mib"], budget_room(check))),
         })
     return reasons
 
@@ -1086,10 +1102,10 @@ def load_measurements(text):
 
 # ---------------------------------------------------------------- a host's instances
 
-def engine_flags(extra_args):
-    """The engine arguments in extra_args that change what vLLM reserves."""
-    flags = {}
-    args = [str(a) for a in (extra_args or [])]
+def arg_values(args):
+    """{--flag: value} of command-line arguments, `--flag value` and `--flag=value` alike;
+    vLLM reads `_` in a flag name as `-`.  A flag with no value maps to ''."""
+    args = [str(a) for a in (args or [])]
     values = {}
     for i, arg in enumerate(args):
         if not arg.startswith("--"):
@@ -1098,6 +1114,13 @@ def engine_flags(extra_args):
         if not eq and i + 1 < len(args) and not args[i + 1].startswith("--"):
             value = args[i + 1]
         values[name.replace("_", "-")] = value
+    return values
+
+
+def engine_flags(extra_args):
+    """The engine arguments in extra_args that change what vLLM reserves."""
+    flags = {}
+    values = arg_values(extra_args)
     for name, key in (("--max-num-batched-tokens", "max_num_batched_tokens"), ("--max-num-seqs", "max_num_seqs"),
                       ("--block-size", "block_size")):
         if values.get(name):

@@ -8,24 +8,31 @@
                [--kv-cache-dtype D] [--tensor-parallel-size N] [--held-mib N]
                [--instances N] [--other-utilization F ...] [--quantization Q] [--check]
 
+  gpuhost plan [--json] --manifest FILE (--gpu NAME | --gpu-memory-mib N [--gpu-reserved-mib N])
+               [--time-slicing FILE | --time-slicing-replicas N] [--held-mib N] [--outside-budget-mib N]
+
 Example: gpuhost plan --gpu L4 --image vllm/vllm-openai:v0.11.0 --model /srv/models/Llama-3.1-8B \\
          --max-model-len 32000 --gpu-memory-utilization 0.92
+         gpuhost plan --manifest vllm.yaml --gpu L4 --time-slicing-replicas 4
 
-Exit 0 with the plan (1 with --check when the verdict is refuse); 2 on bad input, with one
-line on stderr (or {"error": ...} on stdout with --json).
+Exit 0 with the plan (1 with --check when the verdict is refuse; with --manifest, 1 on every
+refuse); 2 on bad input, with one line on stderr (or {"error": ...} on stdout with --json).
 """
 import json
 import sys
 
 import gpu_memory
+import k8s_manifest
+import k8s_plan
 import vllm_overheads
-from gpuhost_cli.cli_io import Parser, UsageError
+from gpuhost_cli.cli_io import Parser, UsageError, read_input
 from vllm_plan import PlanError, plan, render_text, resolve_version
 
 
 def _parser():
     p = Parser(prog="gpuhost plan", description="vLLM memory plan before a start",
-                epilog="GPUs the catalogue knows: %s" % ", ".join(gpu_memory.names()))
+                epilog="GPUs the catalogue knows: %s. A Kubernetes manifest's replicas against one GPU: "
+                       "gpuhost plan --manifest FILE --help" % ", ".join(gpu_memory.names()))
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--gpu", dest="gpu_name", help="a catalogue GPU (its nvidia-smi total and reserved memory)")
     p.add_argument("--gpu-memory-mib", help="total memory of one GPU as nvidia-smi prints it (MiB)")
@@ -72,7 +79,92 @@ def _instances(args):
     return out
 
 
+def _manifest_parser():
+    p = Parser(prog="gpuhost plan --manifest", description="vLLM replicas of a Kubernetes manifest against one GPU",
+               epilog="GPUs the catalogue knows: %s" % ", ".join(gpu_memory.names()))
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--manifest", required=True, help="Deployment/StatefulSet YAML (several documents allowed)")
+    p.add_argument("--gpu", dest="gpu_name", help="a catalogue GPU (its nvidia-smi total and reserved memory)")
+    p.add_argument("--gpu-memory-mib", help="total memory of one GPU as nvidia-smi prints it (MiB)")
+    p.add_argument("--gpu-reserved-mib", help="nvidia-smi -q FB Memory Usage -> Reserved (MiB)")
+    sharing = p.add_mutually_exclusive_group()
+    sharing.add_argument("--time-slicing", help="the device plugin's config file (sharing.timeSlicing)")
+    sharing.add_argument("--time-slicing-replicas", help="pods the node hands each GPU to")
+    p.add_argument("--held-mib", default="0", help="memory other processes hold on the GPU")
+    p.add_argument("--outside-budget-mib", default=str(k8s_plan.OUTSIDE_BUDGET_MIB),
+                   help="memory each vLLM process holds beyond its budget (default %d, seed 003's L4)"
+                   % k8s_plan.OUTSIDE_BUDGET_MIB)
+    p.add_argument("--check", action="store_true", help="accepted for symmetry: a manifest refuse always exits 1")
+    return p
+
+
+def _whole(value, name, minimum):
+    try:
+        number = int(str(value).replace(",", ""))
+    except ValueError:
+        raise PlanError("%s must be a whole number, got %r" % (name, value))
+    if number < minimum:
+        raise PlanError("%s must be >= %d, got %d" % (name, minimum, number))
+    return number
+
+
+def _read(path, what):
+    try:
+        return read_input(path)
+    except OSError as exc:
+        raise PlanError("cannot read %s %s: %s" % (what, path, exc.strerror or exc))
+
+
+def _manifest_plan(args):
+    if args.gpu_memory_mib is None and not args.gpu_name:
+        raise PlanError("give --gpu NAME or --gpu-memory-mib (one of: %s)" % ", ".join(gpu_memory.names()))
+    if args.gpu_name and args.gpu_memory_mib is None and gpu_memory.lookup(args.gpu_name) is None:
+        raise PlanError("unknown --gpu %r (one of: %s)" % (args.gpu_name, ", ".join(gpu_memory.names())))
+    total = _whole(args.gpu_memory_mib, "--gpu-memory-mib", 1) if args.gpu_memory_mib is not None else None
+    reserved = _whole(args.gpu_reserved_mib, "--gpu-reserved-mib", 0) if args.gpu_reserved_mib is not None else None
+    device = gpu_memory.device_memory(args.gpu_name, total, reserved)
+    if device["cuda_total_mib"] <= 0:
+        raise PlanError("--gpu-reserved-mib %s is not less than the GPU's %s MiB" % (reserved, device["total_mib"]))
+    held = _whole(args.held_mib, "--held-mib", 0)
+    if held >= device["cuda_total_mib"]:
+        raise PlanError("--held-mib %d is not less than the GPU's %d MiB" % (held, device["cuda_total_mib"]))
+    docs = k8s_manifest.load_documents(_read(args.manifest, "manifest"), "manifest %s" % args.manifest)
+    workloads = k8s_manifest.workloads(docs)
+    advertised = replicas = None
+    if args.time_slicing:
+        advertised = k8s_manifest.time_slicing(k8s_manifest.load_documents(
+            _read(args.time_slicing, "time-slicing config"), "time-slicing config %s" % args.time_slicing))
+    if args.time_slicing_replicas is not None:
+        replicas = _whole(args.time_slicing_replicas, "--time-slicing-replicas", 1)
+    return k8s_plan.plan_manifest(workloads, device, advertised, replicas, held,
+                                  _whole(args.outside_budget_mib, "--outside-budget-mib", 0))
+
+
+def _fail(as_json, exc):
+    if as_json:
+        sys.stdout.write(json.dumps({"error": "gpuhost plan: %s" % exc}) + "\n")
+    else:
+        sys.stderr.write("gpuhost plan: %s\n" % exc)
+    return 2
+
+
+def manifest_main(argv):
+    as_json = "--json" in argv
+    try:
+        args = _manifest_parser().parse_args(argv)
+        result = _manifest_plan(args)
+    except (PlanError, UsageError, k8s_manifest.ManifestError) as exc:
+        return _fail(as_json, exc)
+    if args.json:
+        sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(k8s_plan.render_text(result, args.manifest))
+    return 1 if result["verdict"] == "refuse" else 0
+
+
 def main(argv):
+    if any(a == "--manifest" or a.startswith("--manifest=") for a in argv):
+        return manifest_main(argv)
     as_json = "--json" in argv
     try:
         args = _parser().parse_args(argv)
@@ -106,11 +198,7 @@ def main(argv):
             held_mib=args.held_mib,
         )
     except (PlanError, UsageError) as exc:
-        if as_json:
-            sys.stdout.write(json.dumps({"error": "gpuhost plan: %s" % exc}) + "\n")
-        else:
-            sys.stderr.write("gpuhost plan: %s\n" % exc)
-        return 2
+        return _fail(as_json, exc)
     if args.json:
         sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
     else:
