@@ -1028,16 +1028,25 @@ def describe_xid(code):
     return {"code": code, "description": entry[0], "cause": entry[1], "action": entry[2]}
 
 
-def check_xid(cap, command="dmesg"):
-    """Xid errors in the kernel log since boot, with what they mean."""
+def _kernel_log_unread(cap, name, layer, command):
+    """The result of a kernel-log check whose log was not read (skipped) or could not be (warn); None
+    when the log is there to read."""
     if cap is None:
-        return result("xid", "health", "skipped", "kernel log not read", ev=evidence(command))
+        return result(name, layer, "skipped", "kernel log not read", ev=evidence(command))
     if cap.get("rc") != 0:
         lines = _lines(_out(cap))[:3]
-        return result("xid", "health", "warn", "could not read the kernel log: %s"
+        return result(name, layer, "warn", "could not read the kernel log: %s"
                       % (lines[0] if lines else "exit status %s" % cap.get("rc")),
                       remedy="run the check as root, or set kernel_log_command (e.g. `journalctl -k -b --no-pager`)",
                       ev=evidence(_cmd(cap), lines, cap.get("rc")))
+    return None
+
+
+def check_xid(cap, command="dmesg"):
+    """Xid errors in the kernel log since boot, with what they mean."""
+    unread = _kernel_log_unread(cap, "xid", "health", command)
+    if unread:
+        return unread
     events = parse_xids(cap.get("stdout"))
     fallback = ["%s failed (%s): read the journal instead" % (command, cap["fallback_from"])] \
         if cap.get("fallback_from") else []
@@ -1066,14 +1075,9 @@ def check_xid(cap, command="dmesg"):
 def check_module_signature(cap, command="dmesg"):
     """Whether the kernel refused a module's signature (Secure Boot, lockdown, module.sig_enforce), read
     from the kernel log with the error catalogue's "kernel" rows; the fix is the row's."""
-    if cap is None:
-        return result("module_signature", "driver", "skipped", "kernel log not read", ev=evidence(command))
-    if cap.get("rc") != 0:
-        lines = _lines(_out(cap))[:3]
-        return result("module_signature", "driver", "warn", "could not read the kernel log: %s"
-                      % (lines[0] if lines else "exit status %s" % cap.get("rc")),
-                      remedy="run the check as root, or set kernel_log_command (e.g. `journalctl -k -b --no-pager`)",
-                      ev=evidence(_cmd(cap), lines, cap.get("rc")))
+    unread = _kernel_log_unread(cap, "module_signature", "driver", command)
+    if unread:
+        return unread
     events = module_signature_events(cap.get("stdout"))
     data = {"rejected": [e["kind"] for e in events["rejected"]],
             "unsigned_loaded": sorted(set(e["module"] for e in events["unsigned_loaded"]))}

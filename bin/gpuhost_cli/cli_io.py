@@ -1,5 +1,6 @@
 """What every `gpuhost` subcommand reads its arguments and input with."""
 import argparse
+import json
 import sys
 
 
@@ -20,3 +21,13 @@ def read_input(path):
         return getattr(sys.stdin, "buffer", sys.stdin).read()
     with open(path, "rb") as handle:
         return handle.read()
+
+
+def fail(command, as_json, message):
+    """A subcommand's error: one line on stderr, or {"error": ...} on stdout with --json; exit status 2."""
+    text = "gpuhost %s: %s" % (command, message)
+    if as_json:
+        sys.stdout.write(json.dumps({"error": text}) + "\n")
+    else:
+        sys.stderr.write(text + "\n")
+    return 2

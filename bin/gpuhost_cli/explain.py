@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 
-from gpuhost_cli.cli_io import Parser, UsageError, read_input
+from gpuhost_cli.cli_io import Parser, UsageError, fail, read_input
 from explain import ExplainError, explain, render_text
 
 
@@ -46,11 +46,7 @@ def main(argv):
 
 
 def _fail(as_json, message):
-    if as_json:
-        sys.stdout.write(json.dumps({"error": "gpuhost explain: %s" % message}) + "\n")
-    else:
-        sys.stderr.write("gpuhost explain: %s\n" % message)
-    return 2
+    return fail("explain", as_json, message)
 
 
 if __name__ == "__main__":

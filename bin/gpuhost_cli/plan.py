@@ -25,7 +25,7 @@ import gpu_memory
 import k8s_manifest
 import k8s_plan
 import vllm_overheads
-from gpuhost_cli.cli_io import Parser, UsageError, read_input
+from gpuhost_cli.cli_io import Parser, UsageError, fail, read_input
 from vllm_plan import PlanError, plan, render_text, resolve_version
 
 
@@ -140,12 +140,8 @@ def _manifest_plan(args):
                                   _whole(args.outside_budget_mib, "--outside-budget-mib", 0))
 
 
-def _fail(as_json, exc):
-    if as_json:
-        sys.stdout.write(json.dumps({"error": "gpuhost plan: %s" % exc}) + "\n")
-    else:
-        sys.stderr.write("gpuhost plan: %s\n" % exc)
-    return 2
+def _fail(as_json, message):
+    return fail("plan", as_json, message)
 
 
 def manifest_main(argv):
