@@ -236,7 +236,7 @@ def configure_containerd(module, ctk):
         module.fail_json(msg="toolkit configuration: `%s` wrote no drop-in" % " ".join(shown), command=shown)
     current = read_text(drop_in, newline="")
     try:
-        decided = plan(path, root_text, drop_in, current, wanted)
+        decided = plan(path, root_text, drop_in, current, wanted, root=root)
     except ContainerdConfigError as exc:
         containerd_fail(module, path, exc, command=shown)
     # Other files the same glob imports: one with a higher version stops containerd 2.3.0-2.3.4.

@@ -453,14 +453,16 @@ def other_dropins_above(root_version, dropins):
     return found
 
 
-def plan(root_path, root_text, drop_in, dropin_current, dropin_wanted):
+def plan(root_path, root_text, drop_in, dropin_current, dropin_wanted, root=None):
     """Every decision of a containerd registration, as data.
 
     root_text / dropin_current: the files now (None when missing); dropin_wanted: what nvidia-ctk wrote as the
-    drop-in from this root config. Raises ContainerdConfigError for a root config the module must not touch
-    or a drop-in whose version differs from the root's.
+    drop-in from this root config; root: parse_root's dict of root_text when the caller has it already.
+    Raises ContainerdConfigError for a root config the module must not touch or a drop-in whose version
+    differs from the root's.
     """
-    root = None if root_text is None else parse_root(root_text, root_path)
+    if root is None and root_text is not None:
+        root = parse_root(root_text, root_path)
     version = config_version(root, root_path)
     wanted_version = dropin_version(dropin_wanted)
     mismatch = version_mismatch(version, wanted_version)
