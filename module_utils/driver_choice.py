@@ -843,8 +843,13 @@ def disruption(result):
     """What the driver's run would do to the host's serving, for site.yml's rollout plan: '' when nothing
     (no change, no reboot), else the change ("driver change 570.195.03 -> 580.95.05") or the reboot's reason."""
     if result.get("action", "none") != "none":
-        return "driver %s %s -> %s" % (result["action"], (result.get("installed") or {}).get("upstream") or "none",
-                                       result["version"])
+        installed = (result.get("installed") or {}).get("upstream")
+        if installed == result["version"]:
+            # Same version, packages added (e.g. nvidia-persistenced): no module change, but the install
+            # still notifies the chain that reconfigures and restarts the engine.
+            added = [p["name"] for p in result.get("package_versions") or [] if not p.get("installed")]
+            return "driver %s packages added: %s" % (installed, ", ".join(added) or "none")
+        return "driver %s %s -> %s" % (result["action"], installed or "none", result["version"])
     reboot = result.get("reboot") or {}
     if reboot.get("required"):
         return "reboot: %s" % reboot["reason"]

@@ -401,6 +401,13 @@ def test_disruption_names_the_change_then_the_reboot_and_is_empty_otherwise():
     assert dc.disruption(change) == "driver change %s -> 580.95.05" % converged["installed"]["upstream"]
     fresh = dict(converged, action="install", version="580.95.05", installed={"upstream": None})
     assert dc.disruption(fresh) == "driver install none -> 580.95.05"
+    # the same version with a package missing (installed by hand without nvidia-persistenced): no version
+    # change to name, the packages the run adds instead
+    missing = [dict(p, installed=None) if p["name"] == converged["packages"][-1] else p
+               for p in converged["package_versions"]]
+    added = dict(converged, action="change", version=converged["installed"]["upstream"], package_versions=missing)
+    assert dc.disruption(added) == "driver %s packages added: %s" % (converged["installed"]["upstream"],
+                                                                     converged["packages"][-1])
 
 
 # --- Whose holds: gpuhost's (recorded) or the operator's ------------------------------------------------
