@@ -141,6 +141,19 @@ def platform_args():
     return args, platform["command"]
 
 
+def simrepo_port():
+    """The port the harness serves the simulated repositories on: it changes with every harness start,
+    and a converged image's apt sources name it."""
+    with open(os.path.join(HARNESS_RUN, "simrepo.port"), encoding="ascii") as fh:
+        return fh.read().strip()
+
+
+def image_is_current():
+    """The kept converged image exists and its apt sources name the simulated repositories served now."""
+    proc = docker("image", "inspect", "--format", '{{ index .Config.Labels "gpuhost.simrepo" }}', IMAGE, check=False)
+    return proc.returncode == 0 and proc.stdout.strip() == simrepo_port()
+
+
 def seed_image():
     """One converged host, committed; the scenario's targets are removed afterwards."""
     molecule = os.path.join(BIN, "molecule")
@@ -148,7 +161,7 @@ def seed_image():
         for step in ("create", "prepare", "converge"):
             print("bench: molecule %s -s %s" % (step, SCENARIO), flush=True)
             run([molecule, step, "-s", SCENARIO])
-        docker("commit", SEED, IMAGE)
+        docker("commit", "--change", "LABEL gpuhost.simrepo=%s" % simrepo_port(), SEED, IMAGE)
     finally:
         run([molecule, "destroy", "-s", SCENARIO], check=False)
 
@@ -222,8 +235,9 @@ def main():
     rows = {"ping": [], "drift.yml --check": [], "site.yml no-op": []}
     noop = []
     try:
-        # The converged image is kept between runs (`docker rmi` it to start from a fresh converge).
-        if docker("image", "inspect", IMAGE, check=False).returncode != 0:
+        # The converged image is kept between runs of one harness (`docker rmi` it to start from a fresh
+        # converge); a harness started since serves its repositories on another port.
+        if not image_is_current():
             seed_image()
         else:
             print("bench: reusing %s" % IMAGE, flush=True)
