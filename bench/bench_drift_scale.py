@@ -171,6 +171,8 @@ def start_clones(count, workdir, names, image=IMAGE, prefix=PREFIX, converged=Tr
     A converged clone also gets its inner dockerd waited for and the check image loaded."""
     args, command = platform_args()
     for name in ["%s%02d" % (prefix, i) for i in range(1, count + 1)]:
+        # A clone left behind by an interrupted run would block the name.
+        docker("rm", "-f", name, check=False)
         docker("run", "-d", "--name", name, "--hostname", name, *args, image, command)
         names.append(name)
     for name in names:
