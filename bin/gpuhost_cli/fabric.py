@@ -1,0 +1,70 @@
+"""gpuhost fabric: is the NVSwitch fabric of an HGX host up, and does the host need the fabric manager.
+
+  gpuhost fabric [--json] [--lspci FILE] FILE|-
+
+Reads a saved `nvidia-smi -q` (whole, one GPU's, or a `grep -A` of its Fabric blocks) or `nvidia-smi -q -x`.
+Each GPU's Fabric State and Status (and Health, from about 570) decide: not_applicable (State N/A: no
+NVSwitch, no fabric manager needed), ready (Completed, Success), not_ready (Not Started / In Progress:
+the fabric manager has not set the fabric up, so every CUDA program fails with 802 while nvidia-smi
+looks healthy), failed (Completed with another Status), unhealthy (Health Summary Unhealthy) or unknown
+(no Fabric block: drivers before about 550).
+
+With --lspci (a saved `lspci -nn`): NVSwitches on the PCI bus (10de:1af1 on HGX A100, 10de:22a3 on HGX
+H100/H200) also say the host needs the fabric manager.
+
+Exit 0 for ready and not_applicable, 1 for the others, 2 when the input cannot be read (one line on
+stderr, or {"error": ...} with --json).
+"""
+import argparse
+import json
+import sys
+
+import fabric_manager
+import gpu_topology
+from host_parse import parse_lspci
+from gpuhost_cli.cli_io import Parser, UsageError, fail, read_input
+from nvsmi_parse import ParseError, clean_text
+
+
+def report(data, lspci=None):
+    """The JSON object `gpuhost fabric --json` prints."""
+    text = clean_text(data)
+    is_xml = text.lstrip().startswith("<?xml") or "<nvidia_smi_log" in text[:2000]
+    fabrics = gpu_topology.parse_fabric_xml(text) if is_xml else gpu_topology.parse_fabric(text)
+    verdict = gpu_topology.fabric_verdict(fabrics)
+    needs = fabric_manager.needs_fabric_manager(parse_lspci(lspci) if lspci else [], fabrics)
+    return {"gpus": fabrics, "verdict": verdict["state"], "message": verdict["message"], "fix": verdict["fix"],
+            "needs_fabric_manager": needs["needed"], "reason": needs["reason"]}
+
+
+def render_text(out):
+    lines = ["%s  State %s  Status %s%s" % (f["pci_bus_id"] or "GPU %d" % i, f["state"] or "-", f["status"] or "-",
+                                            "  Health %s" % f["health_summary"] if f["health_summary"] else "")
+             for i, f in enumerate(out["gpus"])]
+    lines.append("fabric: %s: %s" % (out["verdict"], out["message"]))
+    lines.append("fabric manager needed: %s (%s)" % ("yes" if out["needs_fabric_manager"] else "no", out["reason"]))
+    if out["fix"]:
+        lines.append("fix: %s" % out["fix"])
+    return "\n".join(lines) + "\n"
+
+
+def main(argv):
+    as_json = "--json" in argv
+    parser = Parser(prog="gpuhost fabric", formatter_class=argparse.RawDescriptionHelpFormatter,
+                    description=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--lspci", help="a file with `lspci -nn` of the same host")
+    parser.add_argument("file", help="a file with `nvidia-smi -q` or `-q -x`, or - for stdin")
+    try:
+        args = parser.parse_args(argv)
+        out = report(read_input(args.file), read_input(args.lspci) if args.lspci else None)
+    except (UsageError, ParseError) as exc:
+        return fail("fabric", as_json, str(exc))
+    except (OSError, IOError) as exc:
+        return fail("fabric", as_json, "cannot read %s: %s" % (argv[-1] if argv else "?", exc.strerror or exc))
+    sys.stdout.write(json.dumps(out, indent=2, sort_keys=True) + "\n" if args.json else render_text(out))
+    return 0 if out["verdict"] in ("ready", "not_applicable") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
