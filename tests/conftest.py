@@ -14,6 +14,18 @@ FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 ANSIBLE = os.path.join(os.path.dirname(sys.executable), "ansible")
 
 
+def fixture_path(folder, prefix):
+    """The path of the first fixture (by name) in tests/fixtures/<folder>/ whose name starts with prefix."""
+    directory = os.path.join(FIXTURES, folder)
+    return os.path.join(directory, next(f for f in sorted(os.listdir(directory)) if f.startswith(prefix)))
+
+
+def read_fixture(folder, prefix):
+    """fixture_path()'s text."""
+    with open(fixture_path(folder, prefix), encoding="utf-8") as handle:
+        return handle.read()
+
+
 def containerd_fixture(name):
     """A containerd config.toml fixture, byte for byte (CRLF kept): nvidia-ctk's own outputs live in
     tests/fixtures/nvidia_ctk/, other real files in tests/fixtures/containerd/."""

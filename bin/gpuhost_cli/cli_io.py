@@ -31,3 +31,23 @@ def fail(command, as_json, message):
     else:
         sys.stderr.write(text + "\n")
     return 2
+
+
+def run_subcommand(command, doc, argv, add_arguments, produce, errors=()):
+    """A subcommand that reads FILE|-: argparse with --json and the command's own arguments, then
+    produce(args) -> (result, text, exit status); prints the result as JSON or the text. Bad arguments,
+    `errors` and unreadable files end in one line (fail()), exit status 2."""
+    as_json = "--json" in argv
+    parser = Parser(prog="gpuhost " + command, formatter_class=argparse.RawDescriptionHelpFormatter,
+                    description=doc.split("\n\n", 1)[1])
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_arguments(parser)
+    try:
+        args = parser.parse_args(argv)
+        result, text, status = produce(args)
+    except (UsageError,) + tuple(errors) as exc:
+        return fail(command, as_json, str(exc))
+    except (OSError, IOError) as exc:
+        return fail(command, as_json, "cannot read %s: %s" % (argv[-1] if argv else "?", exc.strerror or exc))
+    sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n" if args.json else text)
+    return status

@@ -17,36 +17,23 @@ Example:
 Exit 0 with findings, 1 when the text holds no known GPU-stack error (it says so), 2 when the
 input cannot be read or is not text (one line on stderr, or {"error": ...} with --json).
 """
-import argparse
-import json
 import sys
 
-from gpuhost_cli.cli_io import Parser, UsageError, fail, read_input
+from gpuhost_cli.cli_io import read_input, run_subcommand
 from explain import ExplainError, explain, render_text
 
 
-def main(argv):
-    as_json = "--json" in argv
-    parser = Parser(prog="gpuhost explain", formatter_class=argparse.RawDescriptionHelpFormatter,
-                     description=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+def _arguments(parser):
     parser.add_argument("file", help="a file with the text, or - for stdin")
-    try:
-        args = parser.parse_args(argv)
-        result = explain(read_input(args.file))
-    except (UsageError, ExplainError) as exc:
-        return _fail(as_json, str(exc))
-    except (OSError, IOError) as exc:
-        return _fail(as_json, "cannot read %s: %s" % (argv[-1] if argv else "?", exc.strerror or exc))
-    if args.json:
-        sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    else:
-        sys.stdout.write(render_text(result))
-    return 0 if result["findings"] else 1
 
 
-def _fail(as_json, message):
-    return fail("explain", as_json, message)
+def _produce(args):
+    result = explain(read_input(args.file))
+    return result, render_text(result), 0 if result["findings"] else 1
+
+
+def main(argv):
+    return run_subcommand("explain", __doc__, argv, _arguments, _produce, errors=(ExplainError,))
 
 
 if __name__ == "__main__":

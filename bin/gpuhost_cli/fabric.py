@@ -15,14 +15,12 @@ H100/H200) also say the host needs the fabric manager.
 Exit 0 for ready and not_applicable, 1 for the others, 2 when the input cannot be read (one line on
 stderr, or {"error": ...} with --json).
 """
-import argparse
-import json
 import sys
 
 import fabric_manager
 import gpu_topology
 from host_parse import parse_lspci
-from gpuhost_cli.cli_io import Parser, UsageError, fail, read_input
+from gpuhost_cli.cli_io import read_input, run_subcommand
 from nvsmi_parse import ParseError, clean_text
 
 
@@ -48,22 +46,18 @@ def render_text(out):
     return "\n".join(lines) + "\n"
 
 
-def main(argv):
-    as_json = "--json" in argv
-    parser = Parser(prog="gpuhost fabric", formatter_class=argparse.RawDescriptionHelpFormatter,
-                    description=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+def _arguments(parser):
     parser.add_argument("--lspci", help="a file with `lspci -nn` of the same host")
     parser.add_argument("file", help="a file with `nvidia-smi -q` or `-q -x`, or - for stdin")
-    try:
-        args = parser.parse_args(argv)
-        out = report(read_input(args.file), read_input(args.lspci) if args.lspci else None)
-    except (UsageError, ParseError) as exc:
-        return fail("fabric", as_json, str(exc))
-    except (OSError, IOError) as exc:
-        return fail("fabric", as_json, "cannot read %s: %s" % (argv[-1] if argv else "?", exc.strerror or exc))
-    sys.stdout.write(json.dumps(out, indent=2, sort_keys=True) + "\n" if args.json else render_text(out))
-    return 0 if out["verdict"] in ("ready", "not_applicable") else 1
+
+
+def _produce(args):
+    out = report(read_input(args.file), read_input(args.lspci) if args.lspci else None)
+    return out, render_text(out), 0 if out["verdict"] in ("ready", "not_applicable") else 1
+
+
+def main(argv):
+    return run_subcommand("fabric", __doc__, argv, _arguments, _produce, errors=(ParseError,))
 
 
 if __name__ == "__main__":

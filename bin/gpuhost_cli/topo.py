@@ -11,12 +11,10 @@ the slowest link a group of the first N GPUs would cross.
 Exit 0 when read (and with --tp, a group of N NVLink-joined GPUs exists), 1 when --tp N finds no such
 group, 2 when the input cannot be read (one line on stderr, or {"error": ...} with --json).
 """
-import argparse
-import json
 import sys
 
 import gpu_topology
-from gpuhost_cli.cli_io import Parser, UsageError, fail, read_input
+from gpuhost_cli.cli_io import UsageError, read_input, run_subcommand
 from nvsmi_parse import ParseError
 
 
@@ -55,24 +53,20 @@ def render_text(out):
     return "\n".join(lines) + "\n"
 
 
-def main(argv):
-    as_json = "--json" in argv
-    parser = Parser(prog="gpuhost topo", formatter_class=argparse.RawDescriptionHelpFormatter,
-                    description=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+def _arguments(parser):
     parser.add_argument("--tp", type=int, help="a tensor-parallel size to place")
     parser.add_argument("file", help="a file with `nvidia-smi topo -m`, or - for stdin")
-    try:
-        args = parser.parse_args(argv)
-        if args.tp is not None and args.tp < 1:
-            raise UsageError("--tp must be 1 or more")
-        out = report(gpu_topology.parse_topo_matrix(read_input(args.file)), args.tp)
-    except (UsageError, ParseError) as exc:
-        return fail("topo", as_json, str(exc))
-    except (OSError, IOError) as exc:
-        return fail("topo", as_json, "cannot read %s: %s" % (argv[-1] if argv else "?", exc.strerror or exc))
-    sys.stdout.write(json.dumps(out, indent=2, sort_keys=True) + "\n" if args.json else render_text(out))
-    return 1 if out["tp"] and not out["tp"]["nvlink_groups"] and args.tp > 1 else 0
+
+
+def _produce(args):
+    if args.tp is not None and args.tp < 1:
+        raise UsageError("--tp must be 1 or more")
+    out = report(gpu_topology.parse_topo_matrix(read_input(args.file)), args.tp)
+    return out, render_text(out), 1 if out["tp"] and not out["tp"]["nvlink_groups"] and args.tp > 1 else 0
+
+
+def main(argv):
+    return run_subcommand("topo", __doc__, argv, _arguments, _produce, errors=(ParseError,))
 
 
 if __name__ == "__main__":

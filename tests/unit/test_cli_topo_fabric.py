@@ -7,15 +7,9 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, fixture_path
 
 GPUHOST = os.path.join(ROOT, "bin", "gpuhost")
-SMI = os.path.join(FIXTURES, "nvidia_smi")
-FABRIC = os.path.join(FIXTURES, "fabric")
-
-
-def path(folder, prefix):
-    return os.path.join(folder, [f for f in sorted(os.listdir(folder)) if f.startswith(prefix)][0])
 
 
 def gpuhost(*args, stdin=None):
@@ -24,7 +18,7 @@ def gpuhost(*args, stdin=None):
 
 
 def test_topo_places_tensor_parallel_groups_on_nvlink():
-    proc = gpuhost("topo", "--json", "--tp", "4", path(SMI, "062_"))
+    proc = gpuhost("topo", "--json", "--tp", "4", fixture_path("nvidia_smi", "062_"))
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["all_nvlink"] is True
@@ -33,19 +27,19 @@ def test_topo_places_tensor_parallel_groups_on_nvlink():
 
 
 def test_topo_on_a_pcie_box_names_the_slow_link_and_exits_1():
-    proc = gpuhost("topo", "--tp", "8", path(SMI, "063_"))
+    proc = gpuhost("topo", "--tp", "8", fixture_path("nvidia_smi", "063_"))
     assert proc.returncode == 1
     assert "no 8 GPUs are all on NVLink" in proc.stdout and "crosses SYS" in proc.stdout
     assert "every GPU pair on NVLink: no" in proc.stdout
 
 
 def test_topo_reads_stdin_and_refuses_what_is_not_a_matrix():
-    with open(path(FABRIC, "topo-m_8xA100"), encoding="utf-8") as fh:
+    with open(fixture_path("fabric", "topo-m_8xA100"), encoding="utf-8") as fh:
         proc = gpuhost("topo", "-", stdin=fh.read())
     assert proc.returncode == 0 and "GPU7" in proc.stdout and "every GPU pair on NVLink: yes" in proc.stdout
-    bad = gpuhost("topo", "--json", path(SMI, "055_"))
+    bad = gpuhost("topo", "--json", fixture_path("nvidia_smi", "055_"))
     assert bad.returncode == 2 and json.loads(bad.stdout)["error"].startswith("gpuhost topo: no `nvidia-smi topo -m`")
-    assert gpuhost("topo", "--tp", "0", path(SMI, "062_")).returncode == 2
+    assert gpuhost("topo", "--tp", "0", fixture_path("nvidia_smi", "062_")).returncode == 2
 
 
 @pytest.mark.parametrize("prefix, verdict, needed, rc", [
@@ -57,21 +51,21 @@ def test_topo_reads_stdin_and_refuses_what_is_not_a_matrix():
     ("066_", "unhealthy", True, 1),
 ])
 def test_fabric_verdicts(prefix, verdict, needed, rc):
-    proc = gpuhost("fabric", "--json", path(SMI, prefix))
+    proc = gpuhost("fabric", "--json", fixture_path("nvidia_smi", prefix))
     assert proc.returncode == rc, proc.stdout + proc.stderr
     out = json.loads(proc.stdout)
     assert out["verdict"] == verdict and out["needs_fabric_manager"] is needed
 
 
 def test_fabric_text_names_the_fix_and_missing_blocks_say_unknown():
-    proc = gpuhost("fabric", path(SMI, "059_"))
+    proc = gpuhost("fabric", fixture_path("nvidia_smi", "059_"))
     assert "fabric: not_ready" in proc.stdout and "fix: start nvidia-fabricmanager" in proc.stdout
-    older = gpuhost("fabric", "--json", path(SMI, "041_"))  # 515.105.01 A10G -q -x: no <fabric>
+    older = gpuhost("fabric", "--json", fixture_path("nvidia_smi", "041_"))  # 515.105.01 A10G -q -x: no <fabric>
     assert older.returncode == 1 and json.loads(older.stdout)["verdict"] == "unknown"
 
 
 def test_fabric_with_the_hosts_lspci():
     # an A100 host on GCP: no NVSwitch on its bus; 056's 4-GPU A100 board reports State N/A
     proc = gpuhost("fabric", "--json", "--lspci", os.path.join(FIXTURES, "host", "lspci-n_A100_gcp.txt"),
-                   path(SMI, "056_"))
+                   fixture_path("nvidia_smi", "056_"))
     assert proc.returncode == 0 and json.loads(proc.stdout)["needs_fabric_manager"] is False

@@ -3,29 +3,18 @@
 Inputs are real outputs (tests/fixtures/host/, tests/fixtures/nvidia_smi/ 055/056/059); the NVSwitch PCI
 id is the one docs/research/hgx-fabric-manager.md read in real lspci captures.
 """
-import os
-
 import pytest
 
 import fabric_manager as fm
 import gpu_topology as gt
-from conftest import FIXTURES
+from conftest import read_fixture
 from host_parse import parse_lspci
-
-HOST = os.path.join(FIXTURES, "host")
-SMI = os.path.join(FIXTURES, "nvidia_smi")
-
-
-def read(folder, prefix):
-    name = [f for f in sorted(os.listdir(folder)) if f.startswith(prefix)][0]
-    with open(os.path.join(folder, name), encoding="utf-8") as fh:
-        return fh.read()
 
 
 @pytest.mark.parametrize("capture", ["lspci-n_A100_gcp.txt", "lspci-nn-D_GH200.txt",
                                      "lspci-nn-D_4xRTXPRO6000-server_rocky10.txt"])
 def test_no_nvswitch_on_these_buses(capture):
-    verdict = fm.needs_fabric_manager(parse_lspci(read(HOST, capture)))
+    verdict = fm.needs_fabric_manager(parse_lspci(read_fixture("host", capture)))
     assert verdict["needed"] is False and verdict["nvswitches"] == []
 
 
@@ -38,10 +27,10 @@ def test_an_nvswitch_on_the_bus_needs_it():
 
 
 def test_the_gpus_fabric_state_decides_where_no_switch_is_on_the_bus():
-    hgx = gt.parse_fabric(read(SMI, "055_"))
+    hgx = gt.parse_fabric(read_fixture("nvidia_smi", "055_"))
     assert fm.needs_fabric_manager([], hgx)["needed"]
     assert "Completed" in fm.needs_fabric_manager([], hgx)["reason"]
-    in_progress = gt.parse_fabric(read(SMI, "059_"))
+    in_progress = gt.parse_fabric(read_fixture("nvidia_smi", "059_"))
     assert fm.needs_fabric_manager([], in_progress)["needed"]
-    no_switch = gt.parse_fabric(read(SMI, "056_"))
+    no_switch = gt.parse_fabric(read_fixture("nvidia_smi", "056_"))
     assert fm.needs_fabric_manager([], no_switch)["needed"] is False

@@ -3,28 +3,17 @@
 Inputs are real outputs: the corpus copies in tests/fixtures/nvidia_smi/ (055-067) and
 tests/fixtures/fabric/ (sources in its README.md). Expected values were read off the files by eye.
 """
-import os
-
 import pytest
 
 import gpu_topology as gt
-from conftest import FIXTURES
+from conftest import read_fixture
 from nvsmi_parse import ParseError, TruncatedInput
 
-SMI = os.path.join(FIXTURES, "nvidia_smi")
-FABRIC = os.path.join(FIXTURES, "fabric")
 
-
-def read(folder, prefix):
-    name = [f for f in sorted(os.listdir(folder)) if f.startswith(prefix)][0]
-    with open(os.path.join(folder, name), encoding="utf-8") as fh:
-        return fh.read()
-
-
-H200 = read(SMI, "062_")
-B200 = read(FABRIC, "topo-m_8xB200")
-A100 = read(FABRIC, "topo-m_8xA100")
-ADA = read(FABRIC, "topo-m_4xRTX6000Ada")
+H200 = read_fixture("nvidia_smi", "062_")
+B200 = read_fixture("fabric", "topo-m_8xB200")
+A100 = read_fixture("fabric", "topo-m_8xA100")
+ADA = read_fixture("fabric", "topo-m_4xRTX6000Ada")
 
 
 def test_hgx_h200_all_nv18_with_nics_and_affinity():
@@ -73,14 +62,14 @@ def test_pcie_box_names_the_slowest_path_for_tensor_parallelism():
 
 @pytest.mark.parametrize("prefix, gpus, cell", [("063_", 8, "SYS"), ("064_", 2, "PHB")])
 def test_consumer_pcie_boxes(prefix, gpus, cell):
-    topo = gt.parse_topo_matrix(read(SMI, prefix))
+    topo = gt.parse_topo_matrix(read_fixture("nvidia_smi", prefix))
     assert len(topo["gpus"]) == gpus
     assert gt.link(topo, 0, 1) == cell
     assert gt.check_tensor_parallel(topo, range(gpus))["slowest_link"] == cell
 
 
 def test_one_gpu_vm_with_an_ansi_underlined_header():
-    topo = gt.parse_topo_matrix(read(SMI, "058_"))
+    topo = gt.parse_topo_matrix(read_fixture("nvidia_smi", "058_"))
     assert topo["gpus"] == ["GPU0"] and topo["cpu_affinity"] == {"GPU0": "0-19"}
     check = gt.check_tensor_parallel(topo, [0])
     assert check["slowest_link"] is None and check["message"] is None
@@ -88,7 +77,7 @@ def test_one_gpu_vm_with_an_ansi_underlined_header():
 
 def test_cut_or_foreign_text_is_refused():
     with pytest.raises(ParseError):
-        gt.parse_topo_matrix(read(SMI, "055_"))
+        gt.parse_topo_matrix(read_fixture("nvidia_smi", "055_"))
     rows = H200.split("\n")
     cut = "\n".join(rows[:5] + [rows[5][:20]])
     with pytest.raises(TruncatedInput):
@@ -98,7 +87,7 @@ def test_cut_or_foreign_text_is_refused():
 
 
 def test_fabric_of_an_hgx_h100_is_ready_on_every_gpu():
-    fabrics = gt.parse_fabric(read(SMI, "055_"))
+    fabrics = gt.parse_fabric(read_fixture("nvidia_smi", "055_"))
     assert len(fabrics) == 8
     assert fabrics[0] == {"pci_bus_id": fabrics[0]["pci_bus_id"], "state": "Completed", "status": "Success",
                           "clique_id": "0", "cluster_uuid": "00000000-0000-0000-0000-000000000000",
@@ -109,7 +98,7 @@ def test_fabric_of_an_hgx_h100_is_ready_on_every_gpu():
 
 
 def test_fabric_na_on_a_board_without_nvswitch():
-    fabrics = gt.parse_fabric(read(SMI, "056_"))
+    fabrics = gt.parse_fabric(read_fixture("nvidia_smi", "056_"))
     assert len(fabrics) == 4 and {f["state"] for f in fabrics} == {"N/A"}
     assert gt.fabric_verdict(fabrics)["state"] == "not_applicable"
     # a driver or excerpt without any Fabric block says nothing either way
@@ -117,34 +106,34 @@ def test_fabric_na_on_a_board_without_nvswitch():
 
 
 def test_fabric_in_progress_means_802_until_the_fabric_manager_is_done():
-    before = gt.parse_fabric(read(SMI, "059_"))
+    before = gt.parse_fabric(read_fixture("nvidia_smi", "059_"))
     assert before == [{"pci_bus_id": None, "state": "In Progress", "status": "N/A", "clique_id": None,
                        "cluster_uuid": None, "health_summary": None, "health": {}}]
     verdict = gt.fabric_verdict(before)
     assert verdict["state"] == "not_ready" and "802" in verdict["message"]
     assert "nvidia-fabricmanager" in verdict["fix"]
-    assert gt.fabric_verdict(gt.parse_fabric(read(SMI, "060_")))["state"] == "ready"
+    assert gt.fabric_verdict(gt.parse_fabric(read_fixture("nvidia_smi", "060_")))["state"] == "ready"
 
 
 def test_fabric_completed_without_success_or_unhealthy():
-    failed = gt.parse_fabric(read(SMI, "067_"))
+    failed = gt.parse_fabric(read_fixture("nvidia_smi", "067_"))
     assert failed[0]["status"] == "Insufficient Resources"
     verdict = gt.fabric_verdict(failed)
     assert verdict["state"] == "failed" and "Insufficient Resources" in verdict["message"]
-    unhealthy = gt.parse_fabric(read(SMI, "066_"))
+    unhealthy = gt.parse_fabric(read_fixture("nvidia_smi", "066_"))
     assert unhealthy[0]["clique_id"] == "2" and unhealthy[0]["health"]["Bandwidth"] == "Full"
     assert gt.fabric_verdict(unhealthy)["state"] == "unhealthy"
 
 
 def test_fabric_590_health_summary_na_is_ready():
-    fabrics = gt.parse_fabric(read(SMI, "057_"))
+    fabrics = gt.parse_fabric(read_fixture("nvidia_smi", "057_"))
     assert len(fabrics) == 1 and fabrics[0]["health_summary"] == "N/A"
     assert gt.fabric_verdict(fabrics)["state"] == "ready"
 
 
 @pytest.mark.parametrize("prefix, gpus, health", [("022_", 1, False), ("039_", 1, False), ("043_", 1, True)])
 def test_fabric_from_xml_is_na_on_hosts_without_nvswitch(prefix, gpus, health):
-    fabrics = gt.parse_fabric_xml(read(SMI, prefix))
+    fabrics = gt.parse_fabric_xml(read_fixture("nvidia_smi", prefix))
     assert len(fabrics) == gpus
     assert {(f["state"], f["status"]) for f in fabrics} == {("N/A", "N/A")}
     assert fabrics[0]["pci_bus_id"].startswith("0000")
