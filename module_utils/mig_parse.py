@@ -9,6 +9,7 @@ Pure stdlib (python >= 3.9), no Ansible imports, no host access.
     parse_lci(text)    `nvidia-smi mig -lci`    compute instances (CIs) that exist
     validate_layout(layout, profiles, placements=None)   problems of a declared layout (empty: it fits)
     layout_diff(declared, live, placements=None, compute_instances=None)   what to destroy / create
+    mig_commands(gpu, diff, compute_instances)   the nvidia-smi mig commands that carry the diff out
     mig_mode_status(current, pending)   enabled / disabled / enable_pending / disable_pending / not_supported
 
 MIG devices in `nvidia-smi -L` and MIG mode (current and pending, -q / -q -x / CSV) are parsed by
@@ -472,6 +473,25 @@ def layout_diff(declared, live, placements=None, compute_instances=None, profile
     changed = bool(destroy or create or create_compute)
     return {"changed": changed, "keep": keep, "destroy": destroy, "create": create,
             "create_compute": create_compute, "rebuild": rebuild, "reason": reason}
+
+
+def mig_commands(gpu, diff, compute_instances=()):
+    """The `nvidia-smi mig` commands (argv lists, in order) that carry out layout_diff()'s result on GPU
+    `gpu`: destroy the compute instances of each GI to destroy (a GI that still holds one refuses: "In use by
+    another client"), destroy those GIs, create the new ones with their default compute instance (-C), then
+    a default compute instance in each kept GI that has none. compute_instances: that GPU's parse_lci rows.
+    The forms are the MIG User Guide's (docs/research/mig.md): `-i 0 -dci -ci 0 -gi 5`, `-i 0 -dgi -gi 5`,
+    `-cgi 9,3g.20gb -C`, `-gi 11 -cci`."""
+    base = ["nvidia-smi", "mig", "-i", str(gpu)]
+    doomed = [gi["instance_id"] for gi in diff["destroy"]]
+    commands = [base + ["-dci", "-ci", str(ci["instance_id"]), "-gi", str(ci["gpu_instance_id"])]
+                for ci in compute_instances or () if ci["gpu_instance_id"] in doomed]
+    if doomed:
+        commands.append(base + ["-dgi", "-gi", ",".join(str(i) for i in doomed)])
+    if diff["create"]:
+        commands.append(base + ["-cgi", ",".join(diff["create"]), "-C"])
+    commands += [base + ["-gi", str(gi_id), "-cci"] for gi_id in diff["create_compute"]]
+    return commands
 
 
 def mig_mode_status(current, pending):

@@ -550,3 +550,29 @@ def test_sliced_real_files(which, start, end):
     data = MIG_TEXTS[which]
     a, b = sorted((int(start * len(data)), int(end * len(data))))
     _list_or_parse_error(data[a:b])
+
+
+# --- mig_commands ------------------------------------------------------------------------------
+
+def test_commands_destroy_the_cis_then_the_gis_then_create_largest_first():
+    # the H100 session: 7 x 1g.10gb GIs 7-13, each with CI 0; declared 2 x 3g.40gb
+    live = m.parse_lgi(load("lgi_H100-80GB-HBM3_7x1g.10gb.txt"))
+    cis = m.parse_lci(load("lci_H100-80GB-HBM3_7x1g.10gb.txt"))
+    diff = m.layout_diff(["3g.40gb", "3g.40gb"], live, compute_instances=cis)
+    commands = m.mig_commands(0, diff, cis)
+    assert commands[:2] == [["nvidia-smi", "mig", "-i", "0", "-dci", "-ci", "0", "-gi", "7"],
+                            ["nvidia-smi", "mig", "-i", "0", "-dci", "-ci", "0", "-gi", "8"]]
+    assert len(commands) == 9
+    assert commands[7] == ["nvidia-smi", "mig", "-i", "0", "-dgi", "-gi", "7,8,9,10,11,12,13"]
+    assert commands[8] == ["nvidia-smi", "mig", "-i", "0", "-cgi", "3g.40gb,3g.40gb", "-C"]
+
+
+def test_commands_keep_what_stays_and_give_a_kept_gi_its_missing_ci():
+    # A100-PCIE GIs 11, 12 (1g.5gb, CI 0 each), 6 (2g.10gb) and 1 (3g.20gb) without CIs
+    live = m.parse_lgi(load(A100_PCIE_LGI))
+    cis = m.parse_lci(load("lci_510.47.03_A100-PCIE-40GB_2x1g.5gb.txt"))
+    diff = m.layout_diff(["3g.20gb", "1g.5gb", "1g.5gb"], live, compute_instances=cis)
+    assert m.mig_commands(1, diff, cis) == [["nvidia-smi", "mig", "-i", "1", "-dgi", "-gi", "6"],
+                                            ["nvidia-smi", "mig", "-i", "1", "-gi", "1", "-cci"]]
+    unchanged = m.layout_diff(["3g.20gb", "1g.5gb", "1g.5gb", "2g.10gb"], live)
+    assert m.mig_commands(0, unchanged) == []
