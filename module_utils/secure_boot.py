@@ -15,6 +15,8 @@ docs/research/secure-boot-cuda-repo.md.
                           which package provides the nvidia module: Canonical's signed prebuilt
                           linux-modules-nvidia-* or a DKMS build (modinfo, dpkg -S, dpkg -l)
   kernels_not_booted      kernels installed next to the running one (dkms status, dpkg -l, ls)
+  stranded_kernels        those of them with no nvidia module (no DKMS build, no signed package): a reboot
+                          into one comes up without the driver
   module_signature_events the kernel's signature verdicts in a kernel log (the error catalogue's rows)
   load_verdict            would the module load under Secure Boot, why, and the fix
 """
@@ -353,6 +355,56 @@ def kernels_not_booted(installed, running_kver):
         if kver == running:
             continue
         out.append({"kver": kver, "newer": bool(running) and kernel_key(kver) > kernel_key(running)})
+    return out
+
+
+# dkms status: "nvidia/535.113.01, 6.2.0-34-generic, x86_64: installed" (dkms < 3: "nvidia, 535.113.01, ...")
+_DKMS_STATUS = re.compile(r"^(?P<module>[^,\s/]+)(?:/|,\s*)(?P<version>[^,\s]+),\s*(?P<kver>" + _KVER
+                          + r"),\s*[^:]+:\s*(?P<state>\w+)")
+
+
+def dkms_installed_kernels(text, module="nvidia"):
+    """Kernels `dkms status` says `module` is installed for (state "installed"; "added"/"built" are not)."""
+    out = set()
+    for line in _lines(text):
+        match = _DKMS_STATUS.match(line.strip())
+        if match and match.group("module") == module and match.group("state") == "installed":
+            out.add(match.group("kver"))
+    return out
+
+
+def signed_module_kernels(packages):
+    """Kernels an installed Canonical signed-module package (linux-modules-nvidia-<branch>...-<kver>) serves."""
+    return {signed_package(p)["kver"] for p in installed_packages(packages)
+            if p.startswith("linux-modules-nvidia-") and (signed_package(p) or {}).get("kver")}
+
+
+def stranded_kernels(installed, running_kver, dkms_status=None, packages=None, module_kind=None, branch=None,
+                     open_modules=False, server=True):
+    """The kernels the host could boot next that have no nvidia module: [{kver, newer, fix}] in version order.
+
+    installed, running_kver: as kernels_not_booted(). dkms_status: `dkms status`; packages: `dpkg -l`.
+    module_kind: how the running kernel gets its module (module_source()'s kind): a DKMS host needs a DKMS
+    build for each kernel, a signed-prebuilt host Canonical's linux-modules-nvidia-<branch>...-<kver>."""
+    served = set()
+    if module_kind in (None, DKMS):
+        served |= dkms_installed_kernels(dkms_status)
+    if module_kind in (None, SIGNED_PREBUILT):
+        served |= signed_module_kernels(packages)
+    out = []
+    for kernel in kernels_not_booted(installed, running_kver):
+        if kernel["kver"] in served:
+            continue
+        if module_kind == SIGNED_PREBUILT:
+            fix = ("install %s before booting it (or the metapackage for its flavour, which follows every kernel)"
+                   % ("linux-modules-nvidia-%s%s%s-%s" % (branch, "-server" if server else "", "-open" if open_modules
+                                                          else "", kernel["kver"]) if branch else
+                      "linux-modules-nvidia-<branch>-server-%s" % kernel["kver"]))
+        else:
+            fix = ("build the module for it before booting it: `dkms autoinstall -k %s` (needs linux-headers-%s); "
+                   "under Secure Boot the build is signed with the DKMS key, which must be enrolled" % (kernel["kver"],
+                                                                                                       kernel["kver"]))
+        out.append(dict(kernel, fix=fix))
     return out
 
 

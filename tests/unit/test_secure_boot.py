@@ -240,6 +240,33 @@ def test_kernels_of_the_signed_module_packages():
     assert sb.kernels_not_booted(kvers, "6.14.0-23-generic") == [{"kver": "6.14.0-24-generic", "newer": True}]
 
 
+def test_a_kernel_without_a_dkms_build_is_stranded():
+    dkms = load("dkms-status_nvidia-535.113.01_three-kernels_nvidia-graphics-drivers-62.txt")
+    assert sb.dkms_installed_kernels(dkms) == {"5.15.0-86-generic", "6.2.0-33-generic", "6.2.0-34-generic"}
+    assert sb.dkms_installed_kernels(dkms, module="nvidia-fs") == set()
+    # every kernel that dkms status names has its build: nothing is stranded
+    assert sb.stranded_kernels(dkms, "6.2.0-34-generic", dkms_status=dkms, module_kind=sb.DKMS) == []
+    # a kernel installed since (here named by release, as `ls /lib/modules` would) has no build yet
+    installed = sb.installed_kernels(dkms) + ["6.5.0-14-generic"]
+    stranded = sb.stranded_kernels(installed, "6.2.0-34-generic", dkms_status=dkms, module_kind=sb.DKMS)
+    assert [(k["kver"], k["newer"]) for k in stranded] == [("6.5.0-14-generic", True)]
+    assert "dkms autoinstall -k 6.5.0-14-generic" in stranded[0]["fix"]
+
+
+def test_a_kernel_without_its_signed_module_package_is_stranded():
+    # Canonical's signed modules for 5.15.0-58-generic only
+    dpkg = load("dpkg-l_linux-modules-nvidia-525_ubuntu22.04_elementary-settings-system-302.txt")
+    assert sb.signed_module_kernels(dpkg) == {"5.15.0-58-generic"}
+    stranded = sb.stranded_kernels(["5.15.0-58-generic", "5.15.0-60-generic"], "5.15.0-58-generic", packages=dpkg,
+                                   module_kind=sb.SIGNED_PREBUILT, branch=525, server=False)
+    assert [k["kver"] for k in stranded] == ["5.15.0-60-generic"]
+    assert "linux-modules-nvidia-525-5.15.0-60-generic" in stranded[0]["fix"]
+    # the DKMS builds of another host do not serve a signed-prebuilt one
+    dkms = load("dkms-status_nvidia-535.113.01_three-kernels_nvidia-graphics-drivers-62.txt")
+    assert sb.stranded_kernels(["5.15.0-58-generic", "6.2.0-34-generic"], "5.15.0-58-generic", dkms_status=dkms,
+                               packages=dpkg, module_kind=sb.SIGNED_PREBUILT)[0]["kver"] == "6.2.0-34-generic"
+
+
 def test_kernel_release_order():
     assert sb.kernel_key("6.2.0-34-generic") == (6, 2, 0, 34)
     assert sb.kernel_key("5.14.0-427.13.1.el9_4.x86_64") == (5, 14, 0, 427, 13, 1)
