@@ -1,10 +1,13 @@
 """gpuhost secure-boot: will the nvidia module load under this host's Secure Boot, now and after a reboot.
 
-  gpuhost secure-boot [--json] --sb-state FILE [--modinfo FILE] [--packages FILE] [--test-key FILE]
-                      [--dkms FILE] [--kernels FILE --running KVER] [--kernel-log FILE]
-                      [--distribution NAME] [--branch N]
+  gpuhost secure-boot [--json] (--sb-state FILE | --efivar FILE) [--lockdown FILE] [--modinfo FILE]
+                      [--packages FILE] [--test-key FILE] [--dkms FILE] [--kernels FILE --running KVER]
+                      [--kernel-log FILE] [--distribution NAME] [--branch N]
 
-Reads saved outputs of one host: `mokutil --sb-state` (stdout and stderr), `modinfo nvidia`, `dpkg -l`,
+Reads saved outputs of one host: `mokutil --sb-state` (stdout and stderr), or where mokutil is absent a
+copy of the SecureBoot EFI variable file (/sys/firmware/efi/efivars/SecureBoot-8be4df61-...), and
+/sys/kernel/security/lockdown (a kernel in lockdown loads only signed modules, Secure Boot or not);
+`modinfo nvidia`, `dpkg -l`,
 `mokutil --test-key <the DKMS key>`, `dkms status`, the installed kernels (`ls /lib/modules`, `dpkg -l
 'linux-image-*'` or `dkms status`) with the running one (`uname -r`), and the kernel log (`dmesg`,
 `journalctl -k`). Says whether Secure Boot enforces module signatures, which package provides the module
@@ -27,7 +30,14 @@ def _text(path):
 
 def report(args):
     """The JSON object `gpuhost secure-boot --json` prints."""
-    state = sb.parse_sb_state(_text(args.sb_state))
+    if args.sb_state:
+        state = sb.parse_sb_state(_text(args.sb_state))
+    else:
+        enforcing = sb.parse_efivar_secureboot(read_input(args.efivar))
+        state = {"enabled": enforcing, "enforcing": enforcing, "shim_validation_disabled": False}
+    lockdown = sb.parse_lockdown(_text(args.lockdown)) if args.lockdown else None
+    if lockdown in ("integrity", "confidentiality") and not state.get("enforcing"):
+        state = dict(state, enforcing=True)
     packages, modinfo = _text(args.packages), _text(args.modinfo)
     source = sb.module_source(packages=packages, modinfo=modinfo, kver=args.running)
     test_key = sb.parse_test_key(_text(args.test_key)) if args.test_key else None
@@ -42,15 +52,15 @@ def report(args):
                                        packages=packages, module_kind=source["kind"],
                                        branch=signed.get("branch") or args.branch,
                                        open_modules=signed.get("open", False), server=signed.get("server", True))
-    return {"secure_boot": state, "module": source, "mok": test_key, "loads": verdict["loads"],
+    return {"secure_boot": state, "lockdown": lockdown, "module": source, "mok": test_key, "loads": verdict["loads"],
             "reason": verdict["reason"], "fix": verdict["fix"], "console_required": verdict["console_required"],
             "kernel_log_rejections": [e["line"] for e in events["rejected"]] if events else None,
             "stranded_kernels": stranded}
 
 
 def render_text(out):
-    lines = ["Secure Boot: %s" % {True: "enforcing", False: "not enforcing", None: "unknown"}[
-        out["secure_boot"]["enforcing"]],
+    lines = ["module signatures: %s%s" % ({True: "enforced", False: "not enforced", None: "unknown"}[
+        out["secure_boot"]["enforcing"]], " (kernel lockdown: %s)" % out["lockdown"] if out["lockdown"] else ""),
         "module: %s%s" % (out["module"]["kind"] or "unknown",
                           " (%s)" % out["module"]["evidence"] if out["module"]["evidence"] else ""),
         "loads: %s: %s" % ({True: "yes", False: "no", None: "cannot tell"}[out["loads"]], out["reason"])]
@@ -65,7 +75,10 @@ def render_text(out):
 
 
 def _arguments(parser):
-    parser.add_argument("--sb-state", required=True, help="`mokutil --sb-state` output")
+    sources = parser.add_mutually_exclusive_group(required=True)
+    sources.add_argument("--sb-state", help="a file with `mokutil --sb-state` output")
+    sources.add_argument("--efivar", help="a copy of the SecureBoot EFI variable file (where mokutil is absent)")
+    parser.add_argument("--lockdown", help="a copy of /sys/kernel/security/lockdown")
     for name, what in (("--modinfo", "`modinfo nvidia`"), ("--packages", "`dpkg -l`"),
                        ("--test-key", "`mokutil --test-key <the DKMS key>`"), ("--dkms", "`dkms status`"),
                        ("--kernels", "the installed kernels (`ls /lib/modules`, `dpkg -l 'linux-image-*'`)"),

@@ -55,3 +55,19 @@ def test_the_sb_state_is_required():
     proc = subprocess.run([sys.executable, GPUHOST, "secure-boot", "--modinfo", DKMS_MODINFO], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and "--sb-state" in proc.stderr
+
+
+def test_without_mokutil_the_efivar_decides_and_lockdown_enforces_signatures(tmp_path):
+    from test_secure_boot import hexdump_bytes, load
+    efivar = tmp_path / "SecureBoot"
+    efivar.write_bytes(hexdump_bytes(load("efivarfs-hexdump_SecureBoot_disabled_mokutil-89.txt")))
+    rc, out = gpuhost("--efivar", str(efivar), "--modinfo", DKMS_MODINFO)
+    assert rc == 0 and out["secure_boot"]["enforcing"] is False and out["loads"] is True
+    # the same host with its kernel in lockdown (integrity): only signed modules load
+    lockdown = fixture_path("secure_boot", "lockdown_integrity")
+    rc, out = gpuhost("--efivar", str(efivar), "--lockdown", lockdown, "--modinfo", DKMS_MODINFO,
+                      "--test-key", NOT_ENROLLED)
+    assert rc == 1 and out["lockdown"] == "integrity" and out["loads"] is False
+    on = tmp_path / "SecureBootOn"
+    on.write_bytes(hexdump_bytes(load("efivarfs-hexdump_SecureBoot_enabled_ubuntu22.04_salt-66955.txt")))
+    assert gpuhost("--efivar", str(on), "--modinfo", DKMS_MODINFO, "--test-key", NOT_ENROLLED)[1]["loads"] is False
