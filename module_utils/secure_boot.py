@@ -11,7 +11,7 @@ docs/research/secure-boot-cuda-repo.md.
                           the fallback when mokutil is absent
   parse_lockdown          /sys/kernel/security/lockdown ("[none] integrity confidentiality")
   parse_test_key          `mokutil --test-key <DKMS key>` (its exit status swapped meaning in 2025)
-  module_source / module_package
+  module_source
                           which package provides the nvidia module: Canonical's signed prebuilt
                           linux-modules-nvidia-* or a DKMS build (modinfo, dpkg -S, dpkg -l)
   kernels_not_booted      kernels installed next to the running one (dkms status, dpkg -l, ls)
@@ -291,11 +291,6 @@ def module_source(packages=None, modinfo=None, dpkg_s=None, kver=None):
     return out
 
 
-def module_package(packages=None, modinfo=None, dpkg_s=None, kver=None):
-    """'signed-prebuilt' | 'dkms' | None: module_source()'s kind."""
-    return module_source(packages, modinfo, dpkg_s, kver)["kind"]
-
-
 def signed_modules_metapackage(branch, flavour="generic", open_modules=False, server=True):
     """The Ubuntu metapackage that keeps Canonical-signed nvidia modules for every kernel of a flavour:
     linux-modules-nvidia-<branch>[-server][-open]-<flavour> (as `ubuntu-drivers list --gpgpu` names it)."""
@@ -454,7 +449,7 @@ def load_verdict(sb_state, module_kind, mok_enrolled=None, distribution=None, br
     console_required}.
 
     sb_state: parse_sb_state()'s dict, or True/False/None (Secure Boot enforcing). module_kind: 'signed-
-    prebuilt' | 'dkms' | None (module_package()). mok_enrolled: parse_test_key()'s enrolled for the DKMS key.
+    prebuilt' | 'dkms' | None (module_source()'s kind). mok_enrolled: parse_test_key()'s enrolled for the DKMS key.
     distribution/branch/flavour/open_modules name the fix (Ubuntu's signed linux-modules-nvidia-<branch>-
     server[-open]-<flavour>)."""
     if isinstance(sb_state, dict):

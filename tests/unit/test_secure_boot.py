@@ -143,7 +143,7 @@ def test_modinfo_of_a_dkms_build():
     assert info["version"] == "590.44.01" and info["signer"] is None
     source = sb.module_source(modinfo=text)
     assert source["kind"] == "dkms" and source["filename"] == info["filename"]
-    assert sb.module_package(modinfo=text) == "dkms"
+    assert sb.module_source(modinfo=text)["kind"] == "dkms"
 
 
 def test_signed_module_layout():
@@ -341,8 +341,8 @@ SIGNED_DPKG = "dpkg-l_linux-modules-nvidia-525_ubuntu22.04_elementary-settings-s
 
 def facts(sb_name, module=None, test_key=None):
     state = sb.parse_sb_state(load(sb_name))
-    kind = sb.module_package(modinfo=load(module)) if module == DKMS_MODINFO else \
-        sb.module_package(packages=load(module)) if module else None
+    kind = sb.module_source(modinfo=load(module))["kind"] if module == DKMS_MODINFO else \
+        sb.module_source(packages=load(module))["kind"] if module else None
     enrolled = sb.parse_test_key(load(test_key))["enrolled"] if test_key else None
     return state, kind, enrolled
 
