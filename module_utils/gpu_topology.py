@@ -31,7 +31,8 @@ try:
 except ImportError:  # plain import in unit tests and the CLI
     from nvsmi_parse import _Q_GPU, ParseError, TruncatedInput, _last_xml_document, _q_tree, clean_text
 
-AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+# The columns after the devices, and the key each goes under.
+AFFINITY_COLUMNS = {"CPU Affinity": "cpu_affinity", "NUMA Affinity": "numa_affinity", "GPU NUMA ID": "gpu_numa_id"}
 # PCIe paths from the shortest to the longest (the topo -m legend's order, reversed).
 PCIE_PATHS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 _NVLINK = re.compile(r"^NV(\d+)$")
@@ -72,9 +73,7 @@ def parse_topo_matrix(data):
         rest = tokens[1 + len(devices):]
         if name.startswith("GPU"):
             for column, value in zip(affinity, rest):
-                key = {"CPU Affinity": "cpu_affinity", "NUMA Affinity": "numa_affinity",
-                       "GPU NUMA ID": "gpu_numa_id"}[column]
-                topo[key][name] = value
+                topo[AFFINITY_COLUMNS[column]][name] = value
     missing = [g for g in topo["gpus"] if g not in topo["links"]]
     if missing:
         raise TruncatedInput("topo -m has no row for %s (truncated?)" % ", ".join(missing))

@@ -21,13 +21,13 @@ import fabric_manager
 import gpu_topology
 from host_parse import parse_lspci
 from gpuhost_cli.cli_io import read_input, run_subcommand
-from nvsmi_parse import ParseError, clean_text
+from nvsmi_parse import ParseError, clean_text, detect_form
 
 
 def report(data, lspci=None):
     """The JSON object `gpuhost fabric --json` prints."""
     text = clean_text(data)
-    is_xml = text.lstrip().startswith("<?xml") or "<nvidia_smi_log" in text[:2000]
+    is_xml = detect_form(text) == "xml"
     fabrics = gpu_topology.parse_fabric_xml(text) if is_xml else gpu_topology.parse_fabric(text)
     verdict = gpu_topology.fabric_verdict(fabrics)
     needs = fabric_manager.needs_fabric_manager(parse_lspci(lspci) if lspci else [], fabrics)

@@ -7,10 +7,9 @@
 Reads saved outputs of one host: `mokutil --sb-state` (stdout and stderr), or where mokutil is absent a
 copy of the SecureBoot EFI variable file (/sys/firmware/efi/efivars/SecureBoot-8be4df61-...), and
 /sys/kernel/security/lockdown (a kernel in lockdown loads only signed modules, Secure Boot or not);
-`modinfo nvidia`, `dpkg -l`,
-`mokutil --test-key <the DKMS key>`, `dkms status`, the installed kernels (`ls /lib/modules`, `dpkg -l
-'linux-image-*'` or `dkms status`) with the running one (`uname -r`), and the kernel log (`dmesg`,
-`journalctl -k`). Says whether Secure Boot enforces module signatures, which package provides the module
+`modinfo nvidia`, `dpkg -l`, `mokutil --test-key <the DKMS key>`, `dkms status`, the installed kernels
+(`ls /lib/modules`, `dpkg -l 'linux-image-*'` or `dkms status`) with the running one (`uname -r`), and
+the kernel log (`dmesg`, `journalctl -k`). Says whether Secure Boot enforces module signatures, which package provides the module
 (Canonical's signed prebuilt linux-modules-nvidia-* or a DKMS build), whether it loads and why (a DKMS
 module needs its key enrolled as a MOK, which only the console can finish), any signature rejection in
 the kernel log, and the installed kernels a reboot could start without a module.
@@ -33,9 +32,9 @@ def report(args):
     if args.sb_state:
         state = sb.parse_sb_state(_text(args.sb_state))
     else:
-        enforcing = sb.parse_efivar_secureboot(read_input(args.efivar))
+        enforcing = sb.parse_efivar_secureboot(_text(args.efivar))
         state = {"enabled": enforcing, "enforcing": enforcing, "shim_validation_disabled": False}
-    lockdown = sb.parse_lockdown(_text(args.lockdown)) if args.lockdown else None
+    lockdown = sb.parse_lockdown(_text(args.lockdown))
     if lockdown in ("integrity", "confidentiality") and not state.get("enforcing"):
         state = dict(state, enforcing=True)
     packages, modinfo = _text(args.packages), _text(args.modinfo)
