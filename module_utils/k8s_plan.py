@@ -21,13 +21,9 @@ try:
 except ImportError:  # plain import in unit tests and the CLI
     import vllm_overheads as vo
     from k8s_manifest import SHARED_SUFFIX
-    from vllm_plan import (MAX_UTILIZATION, PlanError, budget_room, check_instances, even_share,
-                           resolve_version)
+    from vllm_plan import (MAX_UTILIZATION, OUTSIDE_BUDGET_MIB, PlanError, budget_room, check_instances,
+                           even_share, resolve_version)
 
-# What one vLLM process holds beyond its budget (CUDA context and allocations made before vLLM's
-# memory snapshot): seed 003's EngineCore held 9,184 MiB at 0.40 of an L4's 22,600 MiB CUDA total
-# (budget 9,040), 144 MiB more; at 0.20 it held 4,648 MiB for 4,520 (128).  The larger is kept.
-OUTSIDE_BUDGET_MIB = 144
 
 
 def utilization_of(workload):

@@ -106,14 +106,17 @@ def test_four_times_040_on_one_l4_is_refused():
     check = result["instances"][0]
     assert check["sum_utilization"] == pytest.approx(1.6)
     assert not check["fits"]
+    # Each process holds 144 MiB beyond its budget (seed 003): 4 x 144 MiB off the 23,034 MiB leaves
+    # 0.975 of the GPU for budgets, 0.2437 each.
+    assert check["required_mib"] == round(1.6 * 23034) + 4 * 144
     top = result["remedies"][0]
-    assert top["name"] == "share_gpu_evenly" and top["gpu_memory_utilization"] == 0.25
+    assert top["name"] == "share_gpu_evenly" and top["gpu_memory_utilization"] == 0.24
     # the other remedies change this instance, not the summed budgets: judged on the whole GPU, none fixes it
     rest = result["remedies"][1:]
     assert {"kv_cache_fp8", "quantize_weights_fp8", "tensor_parallel"} <= set(r["name"] for r in rest)
     for remedy in rest:
         assert remedy["verdict"] == "refuse" and remedy["fits_gpu"] is False, remedy["name"]
-        assert "does not fix GPU 0: the budgets of its 4 instances still sum to 1.60 (room 1.00)" in remedy["description"]
+        assert "does not fix GPU 0: the budgets of its 4 instances still sum to 1.60 (room 0.97)" in remedy["description"]
 
 
 def test_four_times_023_on_one_l4_is_accepted():
@@ -135,8 +138,25 @@ def test_instances_count_memory_already_held():
     assert [c["gpu_index"] for c in checks] == [0, 1] and all(c["fits"] for c in checks)
 
 
-def test_four_quarters_fit_exactly():
-    assert vp.check_instances([{"name": str(i), "gpu_memory_utilization": 0.25} for i in range(4)], 23034)[0]["fits"]
+def test_four_quarters_fit_only_without_what_each_process_holds_beyond_its_budget():
+    quarters = [{"name": str(i), "gpu_memory_utilization": 0.25} for i in range(4)]
+    assert vp.check_instances(quarters, 23034)[0]["fits"]
+    assert not vp.check_instances(quarters, 23034, per_instance_mib=vp.OUTSIDE_BUDGET_MIB)[0]["fits"]
+
+
+def test_host_plan_refuses_four_quarters_on_one_gpu():
+    # vLLM sizes each budget on CUDA's total (nvidia-smi's total less the reserved memory), and each
+    # process holds more than its budget: four instances of 0.25 overflow the GPU.
+    quarters = [{"name": "vllm-%d" % i, "gpu_memory_utilization": 0.25} for i in range(4)]
+    result = seed_plan(gpu_memory_mib=23034, gpu_reserved_mib=434, gpu_memory_utilization=0.25,
+                       max_model_len=4096, weights_gib=2.0, kv_bytes_per_token=36864, instances=quarters)
+    check = result["instances"][0]
+    assert check["total_mib"] == 23034 - 434
+    assert check["required_mib"] == round(22600 + 4 * 144)
+    assert not check["fits"] and result["verdict"] == "refuse"
+    # (1 - 576 / 22600) / 4 = 0.2436
+    assert result["remedies"][0]["name"] == "share_gpu_evenly"
+    assert result["remedies"][0]["gpu_memory_utilization"] == 0.24
 
 
 # ------------------------------------------------------------------ verdicts
@@ -505,7 +525,7 @@ def test_module_reports_refuse_without_failing_unless_asked():
     result = run_module(dict(args, fail_on_refuse=True))
     assert result["failed"] and result["changed"] is False
     assert result["msg"].startswith("vllm memory plan: refuse")
-    assert "vllm-3" in result["msg"] and "36854 MiB" in result["msg"] and "Remedies, best first: share_gpu_evenly" in result["msg"]
+    assert "vllm-3" in result["msg"] and "36630 MiB" in result["msg"] and "Remedies, best first: share_gpu_evenly" in result["msg"]
 
 
 def test_module_bad_input_fails_with_the_layer_named():
