@@ -54,6 +54,18 @@ def test_container_is_deployed_as_the_role_says(host, name):
 
 
 @pytest.mark.parametrize("name", sorted(INSTANCES))
+def test_image_cuda_was_checked_against_the_driver(host, name):
+    # The stand-in carries the vLLM image's requirement (nvidia/cuda 12.8.1: "cuda>=12.8 brand=..."); the
+    # simulated 580 driver reports CUDA 13.0 (nvidia-smi's header), so the image runs natively.
+    env = dict(item.split("=", 1) for item in inspect(host, name)["Config"]["Env"])
+    assert env["NVIDIA_REQUIRE_CUDA"].startswith("cuda>=12.8 brand=unknown,driver>=470,driver<471 ")
+    smi_cuda = re.search(r"CUDA Version: (\d+\.\d+)", host.check_output("nvidia-smi")).group(1)
+    assert record(host)["vllm"]["instances"][name]["cuda"] == {"verdict": "ok", "image_cuda": "12.8",
+                                                               "driver_cuda": smi_cuda}
+    assert smi_cuda == "13.0"
+
+
+@pytest.mark.parametrize("name", sorted(INSTANCES))
 def test_secrets_only_in_the_environment(host, name):
     data = inspect(host, name)
     visible = json.dumps([data["Path"], data["Args"], data["Config"]["Cmd"], data["Config"]["Entrypoint"]])
