@@ -102,16 +102,10 @@ message:
 
 import os
 
+from ansible.module_utils.atomic_file import read_text
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.k3s_node import (K3sError, advertised_resource, config_map, parse_version, runtime_class,
                                            runtime_state, time_slicing_config)
-
-
-def read_text(path):
-    if not os.path.exists(path):
-        return ""
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        return handle.read()
 
 
 def yaml_text(data):
@@ -140,7 +134,7 @@ def main():
     containerd_dir = os.path.join(p["data_dir"], "agent", "etc", "containerd")
     try:
         version = parse_version(out if rc == 0 else out + err)
-        state = runtime_state(read_text(os.path.join(containerd_dir, "config.toml")), version,
+        state = runtime_state(read_text(os.path.join(containerd_dir, "config.toml")) or "", version,
                               toolkit_installed=bool(module.get_bin_path("nvidia-container-runtime")))
         slicing = None
         if p["time_slicing_replicas"]:

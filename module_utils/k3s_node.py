@@ -17,13 +17,17 @@ Pure functions, stdlib only (shipped to hosts as module_utils). Facts (docs/rese
 """
 import re
 
+try:
+    from ansible.module_utils.k8s_manifest import GPU_RESOURCE, SHARED_SUFFIX
+except ImportError:  # plain import in unit tests
+    from k8s_manifest import GPU_RESOURCE, SHARED_SUFFIX
+
 DATA_DIR = "/var/lib/rancher/k3s"
 # The first k3s release of each minor line on containerd 2.0; every minor line after 1.32 has it.
 CONTAINERD_2_FROM = {31: 6, 32: 2}
 NVIDIA_RUNTIMES = ("nvidia", "nvidia-experimental", "nvidia-cdi")
 CRI_PLUGINS = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
 RUNTIME_CLASS_NAME = "nvidia"
-GPU_RESOURCE = "nvidia.com/gpu"
 
 _VERSION = re.compile(r"\bv?1\.(\d+)\.(\d+)\+k3s(\d+)\b")
 # A runtime's table header or one of its subtables (`...runtimes.nvidia.options`, which defines the runtime
@@ -140,7 +144,7 @@ def advertised_resource(config):
     """The resource name pods ask for under this config (<name>.shared with renameByDefault)."""
     slicing = config["sharing"]["timeSlicing"]
     name = slicing["resources"][0]["name"]
-    return name + ".shared" if slicing.get("renameByDefault") else name
+    return name + SHARED_SUFFIX if slicing.get("renameByDefault") else name
 
 
 def config_map(name, namespace, key, config_text):
