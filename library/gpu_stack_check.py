@@ -174,7 +174,7 @@ checks:
   description:
     - Every check in order, each with C(name), C(layer), C(status), C(required), C(summary), C(remedy),
       C(evidence) (C(command), C(rc), C(lines)) and C(data).
-    - "Names: hardware, pci, kernel_module, device_nodes, nvml, persistence, docker, toolkit, runtime, cdi_spec,
+    - "Names: hardware, pci, kernel_module, module_signature, device_nodes, nvml, persistence, docker, toolkit, runtime, cdi_spec,
       cdi_list, container_gpus, container_cdi, container_cuda, zombies, throttle,
       xid."
   returned: always

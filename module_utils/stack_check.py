@@ -1209,6 +1209,12 @@ def evaluate(captures, options=None):
         cuda_probe = guarded("container_cuda", "container", check_cuda_probe, captures.get("container_cuda"),
                              probe_image, opts["cuda_probe_command"])
     xid_check = guarded("xid", "health", check_xid, captures.get("kernel_log"), opts["kernel_log_command_text"])
+    signature_check = guarded("module_signature", "driver", check_module_signature, captures.get("kernel_log"),
+                              opts["kernel_log_command_text"])
+    if signature_check["status"] == "warn" and xid_check["status"] == "warn":
+        # One unreadable kernel log is one warning (the xid check's), not two in two layers.
+        signature_check = result("module_signature", "driver", "skipped", "kernel log unreadable (see the xid check)",
+                                 ev=signature_check["evidence"])
     smi_attempts = gpu_caps.get("smi") or []
     smi_text = "\n".join(_out(a) for a in smi_attempts)
     xid_events = parse_xids((captures.get("kernel_log") or {}).get("stdout")) if captures.get("kernel_log") else []
@@ -1218,6 +1224,7 @@ def evaluate(captures, options=None):
         hardware_check,
         guarded("pci", "driver", check_pci, facts, gpu_caps.get("lspci")),
         kernel_check,
+        signature_check,
         uvm_decides(guarded("device_nodes", "driver", check_device_nodes, captures.get("nodes") or {}, facts,
                             captures.get("proc_devices"), module_loaded=bool(kernel_check["data"].get("version"))),
                     cuda_probe),

@@ -622,7 +622,8 @@ def test_module_never_fails_a_broken_host(tmp_path):
     res = json.loads(proc.stdout)
     assert not res.get("failed"), res
     assert res["changed"] is False and res["failed_layer"] in ("driver", "docker")
-    assert [c["name"] for c in res["checks"]] == ["hardware", "pci", "kernel_module", "device_nodes", "nvml", "persistence",
+    assert [c["name"] for c in res["checks"]] == ["hardware", "pci", "kernel_module", "module_signature", "device_nodes", "nvml",
+                                                  "persistence",
                                                   "docker", "toolkit", "runtime", "cdi_spec", "cdi_list",
                                                   "container_gpus", "container_cdi", "container_cuda", "zombies", "throttle",
                                                       "xid"]
@@ -640,7 +641,7 @@ def test_fail_on_required_fails_with_the_diagnosis(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     res = json.loads(proc.stdout)
     assert res["failed"] is True and res["msg"].startswith(sc.LAYER_TITLES[res["failed_layer"]])
-    assert len(res["checks"]) == 17
+    assert len(res["checks"]) == 18
 
 
 def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
@@ -650,7 +651,7 @@ def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
     out = sc.evaluate(sc.capture(healthy_host(), PROBE_OPTS), PROBE_OPTS)
     throttle = next(c for c in out["checks"] if c["name"] == "throttle")
     assert throttle["status"] == "warn" and "internal error" in throttle["summary"]
-    assert out["failed_layer"] is None and len(out["checks"]) == 17
+    assert out["failed_layer"] is None and len(out["checks"]) == 18
 
 
 # --- CUDA initialisation in a container (NVIDIA's vectorAdd sample; tests/fixtures/cuda_probe/) --------
@@ -734,3 +735,25 @@ def test_mig_mode_is_named_as_the_cause_of_a_busy_cuda():
     assert "nvidia-smi -i 0 -mig 0" in named["remedy"] and named["data"]["mig_gpus"] == [0]
     # without MIG on any GPU, the busy probe keeps its own reading
     assert sc.mig_decides(probe, sc.result("hardware", "hardware", "ok", "ok", data={"gpus": []})) is probe
+
+
+# --- module signatures in the driver layer (tests/fixtures/secure_boot/) ------------------------------
+
+def test_a_secure_boot_rejection_in_the_kernel_log_fails_the_driver_layer():
+    io = healthy_host()
+    io.commands[("/usr/bin/dmesg",)] = (0, load(os.path.join(FIXTURES, "secure_boot"),
+                                                "talos-kern-log_nvidia_unavailable-key-rejected_talos-7043.txt"), "")
+    out = sc.evaluate(sc.capture(io, PROBE_OPTS), PROBE_OPTS)
+    assert out["failed_layer"] == "driver", out["message"]
+    signature = next(c for c in out["checks"] if c["name"] == "module_signature")
+    assert signature["status"] == "fail" and "mokutil" in signature["remedy"]
+    assert out["message"].startswith(sc.LAYER_TITLES["driver"] + ": module rejected by Secure Boot")
+
+
+def test_an_unreadable_kernel_log_is_one_warning_not_two():
+    io = healthy_host()
+    io.commands[("/usr/bin/dmesg",)] = (1, "", "dmesg: read kernel buffer failed: Operation not permitted\n")
+    out = sc.evaluate(sc.capture(io, PROBE_OPTS), PROBE_OPTS)
+    statuses = dict((c["name"], c["status"]) for c in out["checks"])
+    assert statuses["xid"] == "warn" and statuses["module_signature"] == "skipped"
+    assert out["failed_layer"] is None
