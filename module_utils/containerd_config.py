@@ -479,3 +479,42 @@ def plan(root_path, root_text, drop_in, dropin_current, dropin_wanted, root=None
         drop_in_changed=dropin_current != dropin_wanted,
         changed=root_after != root_text or dropin_current != dropin_wanted,
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# The runtimes a containerd config (a config.toml, a k3s-generated one, `containerd config dump`)
+# defines for the CRI plugin: containerd 1.x's id and 2.x's.
+
+CRI_PLUGINS = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
+# A runtime's table header or one of its subtables (`...runtimes.nvidia.options`, which defines the runtime
+# implicitly), under either CRI plugin, with any TOML quoting: v2 configs use "...", k3s's v3 template and
+# `containerd config dump` use '...'.
+_RUNTIME_TABLE = re.compile(
+    r"""^\s*\[\s*plugins\s*\.\s*(["'])(%s)\1\s*\.\s*containerd\s*\.\s*runtimes\s*\."""
+    r"""\s*(?:(["'])([^"'\]]+)\3|([A-Za-z0-9_-]+))\s*(\.[^\]]*)?\]\s*$"""
+    % "|".join(re.escape(p) for p in CRI_PLUGINS), re.M)
+_TABLE_HEADER = re.compile(r"^\s*\[")
+_BINARY_NAME = re.compile(r"""^\s*BinaryName\s*=\s*(["'])([^"']*)\1""")
+
+
+def runtimes_in(config_text):
+    """{runtime name: CRI plugin id} of every runtime table in a containerd config."""
+    return {m.group(4) or m.group(5): m.group(2) for m in _RUNTIME_TABLE.finditer(config_text or "")}
+
+
+def runtime_binaries(config_text):
+    """{runtime name: the BinaryName of its `.options` table, or None} for every runtime in the config:
+    the program containerd runs as runc for that runtime (nvidia-container-runtime for `nvidia`)."""
+    binaries, options_of = {}, None
+    for line in (config_text or "").splitlines():
+        if _TABLE_HEADER.match(line):
+            match = _RUNTIME_TABLE.match(line)
+            name = (match.group(4) or match.group(5)) if match else None
+            if name is not None:
+                binaries.setdefault(name, None)
+            options_of = name if match and (match.group(6) or "").strip(" .") == "options" else None
+            continue
+        found = _BINARY_NAME.match(line)
+        if found and options_of is not None:
+            binaries[options_of] = found.group(2)
+    return binaries

@@ -18,25 +18,19 @@ Pure functions, stdlib only (shipped to hosts as module_utils). Facts (docs/rese
 import re
 
 try:
+    from ansible.module_utils.containerd_config import runtimes_in
     from ansible.module_utils.k8s_manifest import GPU_RESOURCE, SHARED_SUFFIX
 except ImportError:  # plain import in unit tests
+    from containerd_config import runtimes_in
     from k8s_manifest import GPU_RESOURCE, SHARED_SUFFIX
 
 DATA_DIR = "/var/lib/rancher/k3s"
 # The first k3s release of each minor line on containerd 2.0; every minor line after 1.32 has it.
 CONTAINERD_2_FROM = {31: 6, 32: 2}
 NVIDIA_RUNTIMES = ("nvidia", "nvidia-experimental", "nvidia-cdi")
-CRI_PLUGINS = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
 RUNTIME_CLASS_NAME = "nvidia"
 
 _VERSION = re.compile(r"\bv?1\.(\d+)\.(\d+)\+k3s(\d+)\b")
-# A runtime's table header or one of its subtables (`...runtimes.nvidia.options`, which defines the runtime
-# implicitly), under either CRI plugin, with any TOML quoting: v2 configs use "...", k3s's v3 template and
-# `containerd config dump` use '...'.
-_RUNTIME_TABLE = re.compile(
-    r"""^\s*\[\s*plugins\s*\.\s*(["'])(%s)\1\s*\.\s*containerd\s*\.\s*runtimes\s*\."""
-    r"""\s*(?:(["'])([^"'\]]+)\3|([A-Za-z0-9_-]+))\s*(?:\.[^\]]*)?\]\s*$"""
-    % "|".join(re.escape(p) for p in CRI_PLUGINS), re.M)
 
 
 class K3sError(ValueError):
@@ -63,11 +57,6 @@ def config_schema(version):
 def template_name(version):
     """The template file k3s reads instead of its own (gpuhost writes none; an operator's may exist)."""
     return "config-v3.toml.tmpl" if config_schema(version) == 3 else "config.toml.tmpl"
-
-
-def runtimes_in(config_text):
-    """{runtime name: CRI plugin id} of every runtime table in a containerd config."""
-    return {m.group(4) or m.group(5): m.group(2) for m in _RUNTIME_TABLE.finditer(config_text or "")}
 
 
 def nvidia_runtimes(config_text):

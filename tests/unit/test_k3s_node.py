@@ -4,6 +4,7 @@ import os
 import pytest
 import yaml
 
+import containerd_config
 import k3s_node
 import k8s_manifest
 from conftest import CORPUS, FIXTURES, fixture_path, read_fixture, run_ansible_module
@@ -37,7 +38,7 @@ def test_no_k3s_version_is_an_error_that_says_so(text):
 
 def test_the_runtime_k3s_added_is_found_in_its_generated_config():
     config = read_fixture("k3s", "004")
-    assert k3s_node.runtimes_in(config) == {"nvidia": "io.containerd.grpc.v1.cri"}
+    assert containerd_config.runtimes_in(config) == {"nvidia": "io.containerd.grpc.v1.cri"}
     state = k3s_node.runtime_state(config, (32, 9, 1))
     assert state["ok"] and not state["restart"] and state["runtimes"] == ["nvidia"]
 
@@ -45,7 +46,7 @@ def test_the_runtime_k3s_added_is_found_in_its_generated_config():
 def test_containerd_2_config_with_single_quoted_plugin_ids():
     # Only subtables of `nvidia` are in the excerpt: a subtable defines its runtime too (TOML).
     config = read_fixture("k3s", "005")
-    assert k3s_node.runtimes_in(config) == {"nvidia": "io.containerd.cri.v1.runtime",
+    assert containerd_config.runtimes_in(config) == {"nvidia": "io.containerd.cri.v1.runtime",
                                             "nvidia-cdi": "io.containerd.cri.v1.runtime"}
     assert k3s_node.nvidia_runtimes(config) == ["nvidia", "nvidia-cdi"]
 
@@ -61,7 +62,7 @@ def test_a_config_without_the_runtime_asks_for_a_k3s_restart_once_the_toolkit_is
     with open(os.path.join(FIXTURES, "containerd", "config-1.7-default-systemdcgroup_lucheng0127-k8s_setup_guide.toml"),
               encoding="utf-8") as handle:
         config = handle.read()
-    assert "nvidia" not in k3s_node.runtimes_in(config)
+    assert "nvidia" not in containerd_config.runtimes_in(config)
     state = k3s_node.runtime_state(config, (30, 3, 1))
     assert not state["ok"] and state["restart"]
     assert "restart k3s" in state["message"]
