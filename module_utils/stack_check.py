@@ -92,6 +92,27 @@ REMEDY_CONFIGURE = "run `nvidia-ctk runtime configure --runtime=docker` and rest
 REMEDY_INSTALL_TOOLKIT = ("install the NVIDIA Container Toolkit: site.yml --tags toolkit "
                           "(role nvidia_container_toolkit)")
 
+# The engine whose containers the host serves: docker (site.yml's docker layer) or containerd (a
+# Kubernetes node's own, seed 003). On a containerd node the layer `docker` is the engine layer and the
+# container checks go through `ctr run` with the nvidia runtime as runc binary, which is what a
+# RuntimeClass `nvidia` pod gets.
+ENGINES = ("docker", "containerd")
+DEFAULT_RUNTIME_BINARY = "/usr/bin/nvidia-container-runtime"
+DEFAULT_CONTAINERD_NAMESPACE = "default"
+ENGINE_WORDS = {
+    "docker": {
+        "configure": REMEDY_CONFIGURE, "restart": "restart docker",
+        "load": "`docker load -i <tarball>`", "gpus": "--gpus all", "run": "docker run --rm",
+    },
+    "containerd": {
+        "configure": "run `nvidia-ctk runtime configure --runtime=containerd` (site.yml --tags toolkit with "
+                     "nvidia_container_toolkit_runtimes: [containerd]) and restart containerd",
+        "restart": "restart containerd",
+        "load": "`ctr images import <tarball>`", "gpus": "nvidia-runtime", "run": "ctr run --rm",
+    },
+}
+ENGINE_TITLES = {"containerd": {"docker": "containerd engine", "runtime_config": "toolkit configuration (containerd)"}}
+
 
 # ---------------------------------------------------------------------------------------------
 # results
@@ -795,13 +816,15 @@ def _container_uuids(stdout):
         return []
 
 
-def check_container(cap, host_uuids, image, mode="gpus", name=None):
-    """A --rm container started with --gpus all (or --device nvidia.com/gpu=all) lists the host's GPUs."""
+def check_container(cap, host_uuids, image, mode="gpus", name=None, engine="docker"):
+    """A --rm container started with --gpus all (or --device nvidia.com/gpu=all; on containerd, `ctr run`
+    through the nvidia runtime) lists the host's GPUs."""
+    words = ENGINE_WORDS[engine]
     name = name or ("container_gpus" if mode == "gpus" else "container_cdi")
-    flag = "--gpus all" if mode == "gpus" else "--device nvidia.com/gpu=all"
+    flag = words["gpus"] if mode == "gpus" else "--device nvidia.com/gpu=all"
     if cap is None:
-        return result(name, "container", "skipped", "not run", ev=evidence("docker run --rm %s %s nvidia-smi -L"
-                                                                           % (flag, image)))
+        return result(name, "container", "skipped", "not run", ev=evidence("%s %s %s nvidia-smi -L"
+                                                                           % (words["run"], flag, image)))
     seen = _container_uuids(cap.get("stdout")) if cap.get("rc") == 0 else []
     data = {"image": image, "mode": mode, "uuids": seen, "host_uuids": list(host_uuids or [])}
     if cap.get("rc") == 0 and seen:
@@ -812,21 +835,22 @@ def check_container(cap, host_uuids, image, mode="gpus", name=None):
             return result(name, "container", "fail", "a %s container sees %d of the host's %d GPUs (missing %s)"
                           % (flag, len(host_uuids) - len(missing), len(host_uuids), ", ".join(missing)),
                           remedy="regenerate the CDI spec and re-run `nvidia-ctk runtime configure "
-                                 "--runtime=docker`, restart docker", ev=ev, data=data)
+                                 "--runtime=%s`, %s" % (engine, words["restart"]), ev=ev, data=data)
         return result(name, "container", "ok", "a %s container lists %d GPU(s)" % (flag, len(seen)),
                       ev=ev, data=data)
     kind, line = classify_container(cap) if cap.get("rc") != 0 else ("no_gpus", "nvidia-smi -L listed no GPU")
     if cap.get("rc") == TIMEOUT_RC:
-        kind, line = "timeout", "docker run timed out"
+        kind, line = "timeout", "%s timed out" % words["run"].rsplit(" ", 1)[0]
     ev = evidence(_cmd(cap), [line] + [l for l in _lines(_out(cap)) if l.strip() != line][:5], cap.get("rc"))
     data["cause"] = kind
+    configure_again = "re-run `nvidia-ctk runtime configure --runtime=%s`, %s" % (engine, words["restart"])
     table = {
         "image_absent": ("warn", "the check image %s is not on the host (the check does not pull)" % image,
-                         "load it (`docker load -i <tarball>`, gpu_validate_check_image_archive) or pull it, "
-                         "or set check_image to an image that is present"),
-        "runtime_unknown": ("fail", "docker does not know the nvidia runtime", REMEDY_CONFIGURE),
-        "no_gpu_driver": ("fail", "docker cannot start GPU containers (no nvidia-container-runtime-hook)",
-                          REMEDY_INSTALL_TOOLKIT + ", then restart docker"),
+                         "load it (%s, gpu_validate_check_image_archive) or pull it, "
+                         "or set check_image to an image that is present" % words["load"]),
+        "runtime_unknown": ("fail", "%s does not know the nvidia runtime" % engine, words["configure"]),
+        "no_gpu_driver": ("fail", "%s cannot start GPU containers (no nvidia-container-runtime-hook)" % engine,
+                          REMEDY_INSTALL_TOOLKIT + ", then " + words["restart"]),
         "cdi_unresolvable": ("fail", "docker cannot resolve the CDI device nvidia.com/gpu=all",
                              "regenerate the spec: `nvidia-ctk cdi generate --output=%s`" % DEFAULT_CDI_SPEC),
         "driver": ("fail", "the toolkit cannot use the driver", "fix the driver layer first (nvidia-smi on the host)"),
@@ -836,13 +860,11 @@ def check_container(cap, host_uuids, image, mode="gpus", name=None):
                           "use an image that keeps NVIDIA_DRIVER_CAPABILITIES with utility (e.g. %s) or run with "
                           "`-e NVIDIA_DRIVER_CAPABILITIES=compute,utility`" % DEFAULT_CHECK_IMAGE),
         "mount": ("fail", "the container could not mount the driver files",
-                  "regenerate the CDI spec for the loaded driver and re-run `nvidia-ctk runtime configure "
-                  "--runtime=docker`, restart docker"),
+                  "regenerate the CDI spec for the loaded driver and " + configure_again),
         "timeout": ("fail", "the container did not finish", "a hung GPU: read `dmesg | grep -i xid`"),
-        "no_gpus": ("fail", "the container lists no GPU", "re-run `nvidia-ctk runtime configure --runtime=docker`, "
-                                                         "restart docker, regenerate the CDI spec"),
-        "other": ("fail", "the container failed", "read the evidence; if the driver was just updated, re-run "
-                                                  "`nvidia-ctk runtime configure --runtime=docker` and restart docker"),
+        "no_gpus": ("fail", "the container lists no GPU", configure_again + ", regenerate the CDI spec"),
+        "other": ("fail", "the container failed", "read the evidence; if the driver was just updated, "
+                  + configure_again),
     }
     status, summary, remedy = table[kind]
     if mode == "cdi" and kind == "mount":
@@ -850,15 +872,18 @@ def check_container(cap, host_uuids, image, mode="gpus", name=None):
     return result(name, "container", status, "%s: %s" % (flag, summary), remedy=remedy, ev=ev, data=data)
 
 
-def check_cuda_probe(cap, image, command=DEFAULT_CUDA_PROBE_COMMAND, skipped=None):
-    """NVIDIA's vectorAdd sample in a --gpus all container: CUDA initialises, allocates and runs a kernel."""
-    cmd = "docker run --rm --gpus all %s %s" % (image, " ".join(command))
+def check_cuda_probe(cap, image, command=DEFAULT_CUDA_PROBE_COMMAND, skipped=None, engine="docker"):
+    """NVIDIA's vectorAdd sample in a --gpus all container (on containerd, `ctr run` through the nvidia
+    runtime): CUDA initialises, allocates and runs a kernel."""
+    words = ENGINE_WORDS[engine]
+    cmd = "%s %s %s %s" % (words["run"], words["gpus"], image, " ".join(command))
     if cap is None:
         return result("container_cuda", "container", "skipped", skipped or "not run", ev=evidence(cmd))
     lines = _lines(_out(cap))
     if cap.get("rc") == 0 and any(l.strip() == "Test PASSED" for l in lines):
-        return result("container_cuda", "container", "ok", "CUDA initialises in a --gpus container (vectorAdd: "
-                      "Test PASSED)", ev=evidence(_cmd(cap), lines, cap.get("rc")), data={"image": image})
+        return result("container_cuda", "container", "ok", "CUDA initialises in a %s container (vectorAdd: "
+                      "Test PASSED)" % words["gpus"], ev=evidence(_cmd(cap), lines, cap.get("rc")),
+                      data={"image": image})
     found = _first_in_scope(cap, "cuda")  # its errors go to stderr, its banner to stdout
     if found is None:
         container = classify_container(cap)
@@ -867,13 +892,15 @@ def check_cuda_probe(cap, image, command=DEFAULT_CUDA_PROBE_COMMAND, skipped=Non
                           "the CUDA probe image %s is not on the host (the check does not pull): CUDA "
                           "initialisation in containers is not proven" % image,
                           remedy="pull it (site.yml does: gpu_validate_cuda_probe_image), load it "
-                                 "(gpu_validate_cuda_probe_image_archive), or set gpu_validate_cuda_probe_image: ''",
+                                 "(%s, gpu_validate_cuda_probe_image_archive), or set gpu_validate_cuda_probe_image: "
+                                 "''" % words["load"],
                           ev=evidence(_cmd(cap), [container[1]], cap.get("rc")),
                           data={"image": image, "cause": "image_absent"})
-        found = ("timeout", "docker run timed out") if cap.get("rc") == TIMEOUT_RC else ("other", container[1])
+        found = ("timeout", "%s timed out" % words["run"].rsplit(" ", 1)[0]) if cap.get("rc") == TIMEOUT_RC \
+            else ("other", container[1])
     kind, line = found
     entry = next((e for k, e in catalogue.in_scope("cuda") if k == kind), None)
-    summary = "CUDA fails in a --gpus container: %s" % (entry["meaning"] if entry else line)
+    summary = "CUDA fails in a %s container: %s" % (words["gpus"], entry["meaning"] if entry else line)
     remedy = entry["fix"] if entry else "read the evidence"
     ev = evidence(_cmd(cap), [line] + [l for l in lines if l.strip() != line][:5], cap.get("rc"))
     return result("container_cuda", "container", "fail", summary, remedy=remedy, ev=ev,
