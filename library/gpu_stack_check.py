@@ -112,6 +112,22 @@ options:
     description: File naming the loaded kernel module.
     type: path
     default: /proc/driver/nvidia/version
+  container_engine:
+    description:
+      - The engine whose containers the host serves. C(docker) checks docker (C(docker info), C(--gpus all)).
+        C(containerd) checks a Kubernetes node's containerd - the server answers C(ctr version), the nvidia
+        runtime is in C(containerd config dump) (config.toml and its imports merged) with its binary present,
+        and a C(ctr run --rm) container through that binary lists the GPUs (what a RuntimeClass C(nvidia) pod
+        runs); the layer C(docker) is then the containerd engine.
+      - C(auto) takes docker where its CLI is installed, else containerd where C(ctr) is.
+    type: str
+    choices: [auto, docker, containerd]
+    default: auto
+  containerd_namespace:
+    description:
+      - containerd namespace of the check images (C(ctr -n)); Kubernetes keeps its images in C(k8s.io).
+    type: str
+    default: default
   timeout:
     description:
       - Seconds each command may run (coreutils C(timeout) when installed). A container that outlives it
@@ -174,7 +190,8 @@ checks:
   description:
     - Every check in order, each with C(name), C(layer), C(status), C(required), C(summary), C(remedy),
       C(evidence) (C(command), C(rc), C(lines)) and C(data).
-    - "Names: hardware, pci, kernel_module, module_signature, device_nodes, nvml, persistence, docker, toolkit, runtime, cdi_spec,
+    - "Names: hardware, pci, kernel_module, module_signature, device_nodes, nvml, persistence, docker (containerd on a
+      containerd engine), toolkit, runtime, cdi_spec,
       cdi_list, container_gpus, container_cdi, container_cuda, zombies, throttle,
       xid."
   returned: always
@@ -217,7 +234,16 @@ hardware:
   type: list
   elements: dict
 docker_version:
-  description: Server version of the running docker; null when it does not answer.
+  description: Server version of the running docker; null when it does not answer or the engine is containerd.
+  returned: always
+  type: str
+container_engine:
+  description: The engine checked (C(docker), C(containerd)).
+  returned: always
+  type: str
+  sample: docker
+engine_version:
+  description: Server version of that engine; null when it does not answer.
   returned: always
   type: str
 toolkit_version:
@@ -267,6 +293,8 @@ ARGUMENT_SPEC = dict(
     benign_clock_reasons=dict(type="list", elements="str", default=["gpu_idle"]),
     nvidia_smi_path=dict(type="path"),
     proc_version_path=dict(type="path", default="/proc/driver/nvidia/version"),
+    container_engine=dict(type="str", choices=["auto", "docker", "containerd"], default="auto"),
+    containerd_namespace=dict(type="str", default="default"),
     timeout=dict(type="int", default=120),
 )
 
@@ -294,6 +322,8 @@ def main():
         "benign_clock_reasons": params["benign_clock_reasons"],
         "nvidia_smi_path": params["nvidia_smi_path"],
         "proc_version_path": params["proc_version_path"],
+        "container_engine": params["container_engine"],
+        "containerd_namespace": params["containerd_namespace"],
     }
     io = ModuleHostIO(module, params["timeout"])
     diagnosis = evaluate(capture(io, options), options)

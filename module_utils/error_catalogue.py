@@ -159,7 +159,7 @@ ENTRIES = (
        gate=("unable to configure",)),
     _e("image_absent", "image",
        r"unable to find image|no such image|pull access denied|manifest unknown|repository does not exist|"
-       r"failed to resolve reference",
+       r"failed to resolve reference|ctr: image \"[^\"]+\": not found",
        "the image is not on the host and could not be pulled",
        "load it (`docker load -i <tarball>`) or pull it from a registry the host reaches", "-",
        scopes={"container": "image_absent"}),

@@ -35,6 +35,7 @@ try:
         CDI_DIRS, CdiSpecError, parse_cdi_list, read_spec, shadowing, staleness)
     from ansible.module_utils.daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
     from ansible.module_utils.secure_boot import module_signature_events
+    from ansible.module_utils.containerd_config import runtime_binaries
 except ImportError:  # unit tests put module_utils/ on sys.path
     import error_catalogue as catalogue
     from gpu_facts import build_facts, capture as capture_gpu
@@ -43,6 +44,7 @@ except ImportError:  # unit tests put module_utils/ on sys.path
     from cdi_spec import CDI_DIRS, CdiSpecError, parse_cdi_list, read_spec, shadowing, staleness
     from daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
     from secure_boot import module_signature_events
+    from containerd_config import runtime_binaries
 
 LAYERS = ("hardware", "driver", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "health")
 LAYER_TITLES = {
@@ -701,6 +703,96 @@ def check_runtime(docker_cap, daemon_json_text, runtime_bin_found=None,
 
 
 # ---------------------------------------------------------------------------------------------
+# containerd (a Kubernetes node's engine)
+
+
+def choose_engine(requested, docker_path, ctr_path):
+    """The engine to check: the one asked for, else docker where its CLI is installed, else containerd
+    where ctr is, else docker (whose absence the docker layer then reports)."""
+    if requested in ENGINES:
+        return requested
+    if docker_path:
+        return "docker"
+    return "containerd" if ctr_path else "docker"
+
+
+def parse_ctr_version(text):
+    """`ctr version` -> {"client": version or None, "server": version or None}: the server part is missing
+    (and ctr says why) when containerd does not answer."""
+    found, section = {"client": None, "server": None}, None
+    for line in (text or "").splitlines():
+        head = line.strip().rstrip(":").lower()
+        if head in found and line.rstrip().endswith(":"):
+            section = head
+            continue
+        match = re.match(r"^\s+Version:\s*(\S+)", line)
+        if match and section and found[section] is None:
+            found[section] = match.group(1)
+    return found
+
+
+def normalize_image_ref(image):
+    """An image name as containerd stores it: docker's short names get docker.io/ (and library/ for
+    one-part names), as `ctr images import` of a docker-save tarball names them."""
+    name = (image or "").strip()
+    first = name.split("/", 1)[0]
+    if "/" in name and ("." in first or ":" in first or first == "localhost"):
+        return name
+    return "docker.io/%s%s" % ("" if "/" in name else "library/", name)
+
+
+def check_containerd(cap, ctr_path):
+    """containerd answers (`ctr version` shows a server)."""
+    if not ctr_path:
+        return result("containerd", "docker", "fail", "containerd is not installed (no ctr)",
+                      remedy="install containerd (the node's Kubernetes distribution, or Debian's containerd)",
+                      ev=evidence("command -v ctr", ["ctr: not found"]))
+    versions = parse_ctr_version(_out(cap))
+    data = {"version": versions["server"], "client_version": versions["client"]}
+    lines = _lines(_out(cap))
+    if not versions["server"]:
+        why = _grep(_out(cap), r"failed to dial|connection|denied|error") or lines[-1:] or \
+            ["ctr version exited %s" % cap.get("rc")]
+        return result("containerd", "docker", "fail", "containerd is not running: %s" % why[0].strip(),
+                      remedy="start it: `systemctl enable --now containerd`; `journalctl -u containerd -b` says why "
+                             "it stopped (a config.toml it cannot parse names the line)",
+                      ev=evidence(_cmd(cap), why, cap.get("rc")), data=data)
+    return result("containerd", "docker", "ok", "containerd %s running" % versions["server"],
+                  ev=evidence(_cmd(cap), [l for l in lines if "Version:" in l], cap.get("rc")), data=data)
+
+
+def check_containerd_runtime(dump_cap, runtime_bin_found=None):
+    """The nvidia runtime is in the config containerd runs with (`containerd config dump`: config.toml
+    and its imports merged), with the binary it names present."""
+    words = ENGINE_WORDS["containerd"]
+    if dump_cap is None:
+        return result("runtime", "runtime_config", "skipped", "containerd is not installed",
+                      ev=evidence("containerd config dump"))
+    if dump_cap.get("rc") != 0:
+        lines = _lines(_out(dump_cap))[:3]
+        return result("runtime", "runtime_config", "fail", "containerd cannot read its config: %s"
+                      % (lines[0] if lines else "exit status %s" % dump_cap.get("rc")),
+                      remedy="fix /etc/containerd/config.toml (or the drop-in it imports) by hand at the place the "
+                             "message names, then %s" % words["restart"],
+                      ev=evidence(_cmd(dump_cap), lines, dump_cap.get("rc")))
+    binaries = runtime_binaries(dump_cap.get("stdout"))
+    nvidia = dict((name, path) for name, path in binaries.items() if name.startswith("nvidia"))
+    lines = ["runtimes: %s" % (" ".join(sorted(binaries)) or "(none)")] + \
+        ["%s BinaryName = %s" % (name, path) for name, path in sorted(nvidia.items())]
+    ev = evidence(_cmd(dump_cap), lines, dump_cap.get("rc"))
+    data = {"registered": "nvidia" in binaries, "runtimes": sorted(binaries), "binary": binaries.get("nvidia")}
+    if "nvidia" not in binaries:
+        return result("runtime", "runtime_config", "fail", "nvidia runtime not in containerd's config",
+                      remedy=words["configure"], ev=ev, data=data)
+    if runtime_bin_found is False:
+        return result("runtime", "runtime_config", "fail", "nvidia runtime registered, but its binary %s is missing"
+                      % (binaries["nvidia"] or DEFAULT_RUNTIME_BINARY), remedy=REMEDY_INSTALL_TOOLKIT, ev=ev,
+                      data=data)
+    return result("runtime", "runtime_config", "ok", "nvidia runtime registered with containerd (%s)"
+                  % (binaries["nvidia"] or "runc, no BinaryName"), ev=ev, data=data)
+
+
+# ---------------------------------------------------------------------------------------------
 # CDI
 
 
@@ -1130,9 +1222,11 @@ def check_module_signature(cap, command="dmesg"):
 # the whole diagnosis
 
 
-def summarise(checks, required_layers=DEFAULT_REQUIRED_LAYERS):
+def summarise(checks, required_layers=DEFAULT_REQUIRED_LAYERS, titles=None):
     """Layers, first failing required layer and the message. Fails in layers that are not required
-    are reported as warn (the check keeps `required: false`)."""
+    are reported as warn (the check keeps `required: false`). titles: the engine's titles of layers,
+    over LAYER_TITLES."""
+    titles = dict(LAYER_TITLES, **(titles or {}))
     required = set(required_layers)
     out_checks = []
     for check in checks:
@@ -1157,7 +1251,7 @@ def summarise(checks, required_layers=DEFAULT_REQUIRED_LAYERS):
         else:
             status = "skipped"
         first = next((c for c in mine if c["status"] == status and status in ("fail", "warn")), None)
-        layers[layer] = {"status": status, "required": layer in required, "title": LAYER_TITLES[layer],
+        layers[layer] = {"status": status, "required": layer in required, "title": titles[layer],
                          "checks": [c["name"] for c in mine],
                          "summary": first["summary"] if first else
                          "; ".join(c["summary"] for c in mine if c["status"] == "ok")[:400],
@@ -1165,14 +1259,14 @@ def summarise(checks, required_layers=DEFAULT_REQUIRED_LAYERS):
     failed_layer = next((l for l in LAYERS if layers[l]["status"] == "fail"), None)
     if failed_layer:
         first = next(c for c in out_checks if c["layer"] == failed_layer and c["status"] == "fail")
-        message = "%s: %s — %s" % (LAYER_TITLES[failed_layer], first["summary"], first["remedy"])
+        message = "%s: %s — %s" % (titles[failed_layer], first["summary"], first["remedy"])
         remedy = first["remedy"]
     else:
         warned = [l for l in LAYERS if layers[l]["status"] == "warn"]
         remedy = None
         if warned:
             message = "every required layer works; warnings: %s" % "; ".join(
-                "%s: %s" % (LAYER_TITLES[l], layers[l]["summary"]) for l in warned)
+                "%s: %s" % (titles[l], layers[l]["summary"]) for l in warned)
         else:
             message = "every layer works"
     counts = dict((s, len([c for c in out_checks if c["status"] == s])) for s in STATUSES)
@@ -1198,43 +1292,54 @@ def evaluate(captures, options=None):
     gpu_caps = captures["gpu"]
     facts = captures.get("facts") or build_facts(gpu_caps, pid_exists=captures.get("pid_exists"))
     image = opts["check_image"]
+    engine = captures.get("engine") or "docker"
+    words = ENGINE_WORDS[engine]
     kernel_check = guarded("kernel_module", "driver", check_kernel_module, gpu_caps.get("proc_version"), facts,
                            gpu_caps.get("proc_version_path") or DEFAULT_PROC_VERSION)
-    docker_check = guarded("docker", "docker", check_docker, captures.get("docker_info"), captures.get("docker_path"),
-                           captures.get("daemon_json"), captures.get("dockerd_validate"),
-                           captures.get("dockerd_version"), captures.get("runtime_bin_found"), opts["docker_config"])
+    if engine == "containerd":
+        docker_check = guarded("containerd", "docker", check_containerd, captures.get("ctr_version"),
+                               captures.get("ctr_path"))
+        runtime_check = guarded("runtime", "runtime_config", check_containerd_runtime,
+                                captures.get("containerd_config_dump"), captures.get("runtime_bin_found"))
+    else:
+        docker_check = guarded("docker", "docker", check_docker, captures.get("docker_info"),
+                               captures.get("docker_path"), captures.get("daemon_json"),
+                               captures.get("dockerd_validate"), captures.get("dockerd_version"),
+                               captures.get("runtime_bin_found"), opts["docker_config"])
+        runtime_check = guarded("runtime", "runtime_config", check_runtime, captures.get("docker_info"),
+                                captures.get("daemon_json"), captures.get("runtime_bin_found"), opts["docker_config"])
     toolkit_check = guarded("toolkit", "toolkit", check_toolkit, captures.get("dpkg"), captures.get("ctk_version"),
                             captures.get("ctk_path"), captures.get("hook_path"), opts["toolkit_packages"])
     cdi_list_check = guarded("cdi_list", "cdi", check_cdi_list, captures.get("cdi_list"), captures.get("ctk_path"))
     host_uuids = [g.get("uuid") for g in facts.get("gpus") or [] if g.get("uuid")]
-    gpus_cmd = evidence("docker run --rm --gpus all %s nvidia-smi -L" % image)
+    gpus_cmd = evidence("%s %s %s nvidia-smi -L" % (words["run"], words["gpus"], image))
     if not opts["container_check"]:
         container_gpus = result("container_gpus", "container", "skipped",
                                 "container check disabled (container_check)", ev=gpus_cmd)
     elif docker_check["status"] != "ok":
-        container_gpus = result("container_gpus", "container", "skipped", "docker is not running (docker layer)",
-                                ev=gpus_cmd)
+        container_gpus = result("container_gpus", "container", "skipped", "%s is not running (%s layer)"
+                                % (engine, "docker" if engine == "docker" else "engine"), ev=gpus_cmd)
     else:
         container_gpus = guarded("container_gpus", "container", check_container, captures.get("container_gpus"),
-                                 host_uuids, image, "gpus")
+                                 host_uuids, image, "gpus", engine=engine)
     if captures.get("container_cdi") is not None:
         container_cdi = guarded("container_cdi", "container", check_container, captures["container_cdi"],
                                 host_uuids, image, "cdi")
     else:
         container_cdi = result("container_cdi", "container", "skipped", captures.get("container_cdi_skipped")
-                               or "not run", ev=evidence("docker run --rm --device nvidia.com/gpu=all %s nvidia-smi -L"
-                                                         % image))
+                               or "not run", ev=evidence("%s --device nvidia.com/gpu=all %s nvidia-smi -L"
+                                                         % (words["run"], image)))
     probe_image = opts["cuda_probe_image"]
+    probe_cmd = "%s %s %s" % (words["run"], words["gpus"], probe_image or "<cuda_probe_image>")
     if not probe_image:
         cuda_probe = result("container_cuda", "container", "skipped", "CUDA probe disabled (cuda_probe_image: '')",
-                            ev=evidence("docker run --rm --gpus all <cuda_probe_image>"))
+                            ev=evidence(probe_cmd))
     elif container_gpus["status"] != "ok":
-        cuda_probe = result("container_cuda", "container", "skipped", "the --gpus container check did not pass",
-                            ev=evidence("docker run --rm --gpus all %s %s" % (probe_image,
-                                                                               " ".join(opts["cuda_probe_command"]))))
+        cuda_probe = result("container_cuda", "container", "skipped", "the %s container check did not pass"
+                            % words["gpus"], ev=evidence("%s %s" % (probe_cmd, " ".join(opts["cuda_probe_command"]))))
     else:
         cuda_probe = guarded("container_cuda", "container", check_cuda_probe, captures.get("container_cuda"),
-                             probe_image, opts["cuda_probe_command"])
+                             probe_image, opts["cuda_probe_command"], engine=engine)
     xid_check = guarded("xid", "health", check_xid, captures.get("kernel_log"), opts["kernel_log_command_text"])
     signature_check = guarded("module_signature", "driver", check_module_signature, captures.get("kernel_log"),
                               opts["kernel_log_command_text"])
@@ -1260,8 +1365,7 @@ def evaluate(captures, options=None):
                 captures.get("persistenced_enabled")),
         docker_check,
         toolkit_check,
-        guarded("runtime", "runtime_config", check_runtime, captures.get("docker_info"), captures.get("daemon_json"),
-                captures.get("runtime_bin_found"), opts["docker_config"]),
+        runtime_check,
         guarded("cdi_spec", "cdi", check_cdi_spec, captures.get("cdi_specs") or {}, facts.get("driver_version_kernel"),
                 facts.get("gpu_count"), opts["cdi_spec_path"]),
         cdi_list_check,
@@ -1272,14 +1376,16 @@ def evaluate(captures, options=None):
         guarded("throttle", "health", check_throttle, facts, gpu_caps, opts["benign_clock_reasons"]),
         xid_check,
     ]
-    out = summarise(checks, opts["required_layers"])
+    out = summarise(checks, opts["required_layers"], ENGINE_TITLES.get(engine))
     out.update({
+        "container_engine": engine,
+        "engine_version": docker_check["data"].get("version"),
         "hardware": next((c["data"].get("gpus", []) for c in checks if c["name"] == "hardware"), []),
         "driver_version": facts.get("driver_version_kernel") or facts.get("driver_version_userspace"),
         "gpu_count": facts.get("gpu_count"), "gpu_state": facts.get("state"),
         "gpus": [{"index": g.get("index"), "name": g.get("name"), "uuid": g.get("uuid")}
                  for g in facts.get("gpus") or []],
-        "docker_version": docker_check["data"].get("version"),
+        "docker_version": docker_check["data"].get("version") if engine == "docker" else None,
         "toolkit_version": toolkit_check["data"].get("nvidia_ctk_version"),
         "cdi_devices": cdi_list_check["data"].get("devices", []),
         "xids": xid_check["data"].get("xids", []),
@@ -1302,6 +1408,8 @@ DEFAULT_OPTIONS = {
     "benign_clock_reasons": BENIGN_CLOCK_REASONS,
     "nvidia_smi_path": None,
     "proc_version_path": DEFAULT_PROC_VERSION,
+    "container_engine": "auto",
+    "containerd_namespace": DEFAULT_CONTAINERD_NAMESPACE,
 }
 
 
@@ -1377,6 +1485,10 @@ def capture(io, options=None):
         rc, out, _err = io.run([systemctl, "is-enabled", "nvidia-persistenced"])
         caps["persistenced_enabled"] = (out or "").strip() or None
     docker = io.which("docker")
+    ctr = io.which("ctr")
+    caps["engine"] = choose_engine(opts["container_engine"], docker, ctr)
+    if caps["engine"] == "containerd":
+        return _capture_containerd(io, opts, caps, ctr)
     caps["docker_path"] = docker
     if docker:
         caps["docker_info"] = _run(io, [docker, "info", "--format", "{{json .}}"])
@@ -1386,23 +1498,13 @@ def capture(io, options=None):
         # The daemon is down: ask the engine itself what it makes of its config (read-only, 23+).
         caps["dockerd_validate"] = _run(io, [dockerd, "--validate", "--config-file", opts["docker_config"]])
         caps["dockerd_version"] = " ".join(_lines(_out(_run(io, [dockerd, "--version"]))))
-    dpkg_query = io.which("dpkg-query")
-    if dpkg_query:
-        caps["dpkg"] = _run(io, [dpkg_query, "-W", "-f", "${Package}\t${db:Status-Abbrev}\t${Version}\n"]
-                            + list(opts["toolkit_packages"]))
-    ctk = io.which("nvidia-ctk")
-    caps["ctk_path"] = ctk
-    caps["hook_path"] = io.which("nvidia-container-runtime-hook")
+    _capture_toolkit(io, opts, caps)
     info, _error = parse_docker_info(caps.get("docker_info")) if docker else (None, None)
     if info and "nvidia" in (info.get("Runtimes") or {}):
         runtime = info["Runtimes"]["nvidia"]
         path = runtime.get("path") if isinstance(runtime, dict) else None
         if path:
             caps["runtime_bin_found"] = bool(io.exists(path) if path.startswith("/") else io.which(path))
-    if ctk:
-        caps["ctk_version"] = _run(io, [ctk, "--version"])
-        caps["cdi_list"] = _run(io, [ctk, "cdi", "list"])
-    caps["cdi_specs"] = _spec_files(io)
     if info and opts["container_check"]:
         # --pull never: a missing image is reported, never fetched (Docker 20.10+).
         base = [docker, "run", "--rm", "--pull", "never", "--network", "none"]
@@ -1426,6 +1528,59 @@ def capture(io, options=None):
         caps["container_cdi_skipped"] = "container check disabled (container_check)"
     else:
         caps["container_cdi_skipped"] = "docker is not running (docker layer)"
+    _capture_kernel_log(io, opts, caps)
+    return caps
+
+
+def _capture_toolkit(io, opts, caps):
+    """The toolkit's packages and tools, the CDI specs and what nvidia-ctk lists (every engine)."""
+    dpkg_query = io.which("dpkg-query")
+    if dpkg_query:
+        caps["dpkg"] = _run(io, [dpkg_query, "-W", "-f", "${Package}\t${db:Status-Abbrev}\t${Version}\n"]
+                            + list(opts["toolkit_packages"]))
+    ctk = io.which("nvidia-ctk")
+    caps["ctk_path"] = ctk
+    caps["hook_path"] = io.which("nvidia-container-runtime-hook")
+    if ctk:
+        caps["ctk_version"] = _run(io, [ctk, "--version"])
+        caps["cdi_list"] = _run(io, [ctk, "cdi", "list"])
+    caps["cdi_specs"] = _spec_files(io)
+
+
+def _capture_containerd(io, opts, caps, ctr):
+    """containerd's side: the server version, the merged config, and `ctr run --rm` through the nvidia
+    runtime's binary (what a RuntimeClass nvidia pod runs), in its own network namespace, pulling nothing."""
+    caps["ctr_path"] = ctr
+    if ctr:
+        caps["ctr_version"] = _run(io, [ctr, "version"])
+    containerd = io.which("containerd")
+    if containerd:
+        caps["containerd_config_dump"] = _run(io, [containerd, "config", "dump"])
+    _capture_toolkit(io, opts, caps)
+    dump = caps.get("containerd_config_dump") or {}
+    binaries = runtime_binaries(dump.get("stdout")) if dump.get("rc") == 0 else {}
+    binary = binaries.get("nvidia") or DEFAULT_RUNTIME_BINARY
+    if "nvidia" in binaries:
+        caps["runtime_bin_found"] = bool(io.exists(binary) if binary.startswith("/") else io.which(binary))
+    answering = ctr and parse_ctr_version(_out(caps.get("ctr_version")))["server"]
+    if answering and opts["container_check"]:
+        base = [ctr, "-n", opts["containerd_namespace"], "run", "--rm", "--runc-binary", binary,
+                "--env", "NVIDIA_VISIBLE_DEVICES=all"]
+        caps["container_gpus"] = _run(io, base + [normalize_image_ref(opts["check_image"]),
+                                                  "gpuhost-stack-check-%d" % os.getpid(), "nvidia-smi", "-L"])
+        if opts["cuda_probe_image"] and caps["container_gpus"].get("rc") == 0:
+            caps["container_cuda"] = _run(io, base + [normalize_image_ref(opts["cuda_probe_image"]),
+                                                      "gpuhost-stack-probe-%d" % os.getpid()]
+                                          + list(opts["cuda_probe_command"]))
+    # ctr resolves CDI names only from containerd 2.0 (`ctr run --device`); pods get them through the
+    # CRI (enable_cdi) and the device plugin, which this check does not stand in for.
+    caps["container_cdi_skipped"] = "no CDI container through ctr (containerd's CDI is the CRI's, for pods)"
+    _capture_kernel_log(io, opts, caps)
+    return caps
+
+
+def _capture_kernel_log(io, opts, caps):
+    """The kernel log since boot (dmesg, else the journal where dmesg is restricted)."""
     argv = kernel_log_argv(opts["kernel_log_command"])
     exe = argv[0] if argv[0].startswith("/") else io.which(argv[0])
     if exe:
@@ -1440,4 +1595,3 @@ def capture(io, options=None):
         if journal["rc"] == 0:
             journal["fallback_from"] = " ".join(_lines(_out(caps["kernel_log"]))[:1])
             caps["kernel_log"] = journal
-    return caps

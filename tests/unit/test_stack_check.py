@@ -757,3 +757,115 @@ def test_an_unreadable_kernel_log_is_one_warning_not_two():
     statuses = dict((c["name"], c["status"]) for c in out["checks"])
     assert statuses["xid"] == "warn" and statuses["module_signature"] == "skipped"
     assert out["failed_layer"] is None
+
+
+# --- containerd engine mode (real Debian containerd 1.7.24 outputs: tests/fixtures/containerd/) --------
+
+CONTAINERD = os.path.join(FIXTURES, "containerd")
+CTR_RUN = ("/usr/bin/ctr", "-n", "default", "run")
+import containerd_config  # noqa: E402  (module_utils on sys.path, as above)
+
+
+def containerd_host(dump="config-dump_nvidia-ctk-drop-in_containerd-1.7.24.toml"):
+    """The healthy host with containerd instead of docker: no docker CLI, ctr and containerd answering."""
+    io = healthy_host()
+    for key in [k for k in io.commands if k[0] == "/usr/bin/docker"]:
+        del io.commands[key]
+    uuid = "GPU-12345678-aaaa-bbbb-cccc-0123456789ab"
+    io.commands.update({
+        ("/usr/bin/ctr", "version"): (0, load(CONTAINERD, "ctr-version_containerd-1.7.24_debian13.stdout"), ""),
+        ("/usr/bin/containerd", "config", "dump"): (0, load(CONTAINERD, dump), ""),
+        CTR_RUN + ("--rm", "--runc-binary", "/usr/bin/nvidia-container-runtime", "--env", "NVIDIA_VISIBLE_DEVICES=all",
+                   "docker.io/library/probe"): (0, load(CUDA_PROBE, "001_success_gpu-operator-346.txt"), ""),
+        CTR_RUN: (0, "GPU 0: NVIDIA RTX PRO 6000 (UUID: %s)\n" % uuid, ""),
+    })
+    io.files["/usr/bin/nvidia-container-runtime"] = ""
+    return io
+
+
+def test_parse_ctr_version_on_real_outputs():
+    assert sc.parse_ctr_version(load(CONTAINERD, "ctr-version_containerd-1.7.24_debian13.stdout")) == \
+        {"client": "1.7.24~ds1", "server": "1.7.24~ds1"}
+    stopped = load(CONTAINERD, "ctr-version_containerd-stopped_debian13.stdout") + \
+        load(CONTAINERD, "ctr-version_containerd-stopped_debian13.stderr")
+    assert sc.parse_ctr_version(stopped) == {"client": "1.7.24~ds1", "server": None}
+
+
+def test_runtime_binaries_of_real_config_dumps():
+    assert containerd_config.runtime_binaries(load(CONTAINERD, "config-dump_default_containerd-1.7.24.toml")) == \
+        {"runc": ""}
+    dump = load(CONTAINERD, "config-dump_nvidia-ctk-drop-in_containerd-1.7.24.toml")
+    # The merged config lists the imported runtime only: the default's runc table is not in it.
+    assert containerd_config.runtime_binaries(dump) == {"nvidia": "/usr/bin/nvidia-container-runtime"}
+    # containerd 2's dump ('...' quoting, the io.containerd.cri.v1.runtime plugin; gpu-operator#1374)
+    v3 = load(os.path.join(FIXTURES, "k3s"), "005_containerd-2-config-dump_nvidia-and-nvidia-cdi_gpu-operator-1374_excerpt.toml")
+    found = containerd_config.runtime_binaries(v3)
+    assert found["nvidia"].endswith("/nvidia-container-runtime") and "nvidia-cdi" in found
+
+
+def test_normalize_image_ref_as_ctr_import_names_images():
+    assert sc.normalize_image_ref("local/gpuhost-cuda-check:1") == "docker.io/local/gpuhost-cuda-check:1"
+    assert sc.normalize_image_ref("ubuntu:24.04") == "docker.io/library/ubuntu:24.04"
+    assert sc.normalize_image_ref("nvcr.io/nvidia/cuda:12.9.1-base-ubuntu24.04") == \
+        "nvcr.io/nvidia/cuda:12.9.1-base-ubuntu24.04"
+    assert sc.normalize_image_ref("localhost:5000/cuda:1") == "localhost:5000/cuda:1"
+
+
+def test_choose_engine():
+    assert sc.choose_engine("auto", "/usr/bin/docker", "/usr/bin/ctr") == "docker"
+    assert sc.choose_engine("auto", None, "/usr/bin/ctr") == "containerd"
+    assert sc.choose_engine("auto", None, None) == "docker"
+    assert sc.choose_engine("containerd", "/usr/bin/docker", "/usr/bin/ctr") == "containerd"
+
+
+def test_containerd_host_passes_through_ctr_and_the_nvidia_runtime():
+    io = containerd_host()
+    out = sc.evaluate(sc.capture(io, PROBE_OPTS), PROBE_OPTS)
+    statuses = dict((c["name"], c["status"]) for c in out["checks"])
+    assert out["failed_layer"] is None, out["message"]
+    assert out["container_engine"] == "containerd" and out["engine_version"] == "1.7.24~ds1"
+    assert out["docker_version"] is None and out["layers"]["docker"]["title"] == "containerd engine"
+    assert statuses["containerd"] == statuses["runtime"] == statuses["container_gpus"] == "ok"
+    assert statuses["container_cdi"] == "skipped" and "docker" not in statuses
+    runs = [r for r in io.ran if tuple(r[:4]) == CTR_RUN]
+    assert runs[0][:12] == ["/usr/bin/ctr", "-n", "default", "run", "--rm", "--runc-binary",
+                            "/usr/bin/nvidia-container-runtime", "--env", "NVIDIA_VISIBLE_DEVICES=all",
+                            "docker.io/library/img", "gpuhost-stack-check-%d" % os.getpid(), "nvidia-smi"]
+    assert runs[1][9] == "docker.io/library/probe" and len(runs) == 2
+    assert not [r for r in io.ran if r[0] == "/usr/bin/docker"]
+
+
+def test_containerd_stopped_names_the_engine_and_runs_no_container():
+    io = containerd_host()
+    io.commands[("/usr/bin/ctr", "version")] = (
+        1, load(CONTAINERD, "ctr-version_containerd-stopped_debian13.stdout"),
+        load(CONTAINERD, "ctr-version_containerd-stopped_debian13.stderr"))
+    out = sc.evaluate(sc.capture(io, PROBE_OPTS), PROBE_OPTS)
+    assert out["failed_layer"] == "docker"
+    assert out["message"].startswith('containerd engine: containerd is not running: ctr: failed to dial '
+                                     '"/run/containerd/containerd.sock"')
+    assert "systemctl enable --now containerd" in out["remedy"]
+    assert not [r for r in io.ran if tuple(r[:4]) == CTR_RUN]
+
+
+def test_containerd_without_the_nvidia_runtime_and_with_a_malformed_config():
+    out = sc.evaluate(sc.capture(containerd_host("config-dump_default_containerd-1.7.24.toml"), PROBE_OPTS),
+                      PROBE_OPTS)
+    assert out["failed_layer"] == "runtime_config"
+    assert out["message"].startswith("toolkit configuration (containerd): nvidia runtime not in containerd's config")
+    assert "nvidia-ctk runtime configure --runtime=containerd" in out["remedy"]
+    io = containerd_host()
+    io.commands[("/usr/bin/containerd", "config", "dump")] = (
+        1, "", load(CONTAINERD, "config-dump_malformed-config_containerd-1.7.24.stderr"))
+    runtime = next(c for c in sc.evaluate(sc.capture(io, PROBE_OPTS), PROBE_OPTS)["checks"] if c["name"] == "runtime")
+    assert runtime["status"] == "fail" and "(2, 2): unexpected token unclosed table key" in runtime["summary"]
+    assert "restart containerd" in runtime["remedy"]
+
+
+def test_containerd_check_image_absent_is_a_warning_naming_ctr_import():
+    io = containerd_host()
+    io.commands[CTR_RUN] = (1, "", load(CONTAINERD, "ctr-run_image-not-found_debian13.stderr"))
+    out = sc.evaluate(sc.capture(io, PROBE_OPTS), PROBE_OPTS)
+    gpus = next(c for c in out["checks"] if c["name"] == "container_gpus")
+    assert gpus["status"] == "warn" and gpus["data"]["cause"] == "image_absent"
+    assert "ctr images import" in gpus["remedy"]
