@@ -22,7 +22,10 @@ description:
     C(cdi) (the spec is present, a CDI spec, fresh for the loaded driver, not shadowed by
     C(/var/run/cdi), C(nvidia-ctk cdi list) resolves C(nvidia.com/gpu=all)); C(container) (a C(--rm)
     container started with C(--gpus all), and with C(--device nvidia.com/gpu=all) where the engine
-    supports CDI, lists the host's GPUs; NVIDIA's vectorAdd CUDA sample runs in a C(--gpus all) container);
+    supports CDI, lists the host's GPUs; NVIDIA's vectorAdd CUDA sample runs in a C(--gpus all) container;
+    C(nvidia-smi -L) inside every running serving container, label C(gpuhost.layer=vllm), lists its GPUs - a
+    container whose NVML says "Unknown Error" lost its devices to a systemd reload); C(runtime_config) also
+    warns when an NVIDIA device node has no C(/dev/char) link (what such a reload needs);
     C(health) (GPU memory held by pids that do not exist,
     active throttle reasons other than C(gpu_idle), Xid errors in the kernel log since boot)."
   - The first layer, in that order, with a failing check is returned as RV(failed_layer) and in
@@ -191,8 +194,8 @@ checks:
     - Every check in order, each with C(name), C(layer), C(status), C(required), C(summary), C(remedy),
       C(evidence) (C(command), C(rc), C(lines)) and C(data).
     - "Names: hardware, pci, kernel_module, module_signature, device_nodes, nvml, persistence, docker (containerd on a
-      containerd engine), toolkit, runtime, cdi_spec,
-      cdi_list, container_gpus, container_cdi, container_cuda, zombies, throttle,
+      containerd engine), toolkit, runtime, dev_char, cdi_spec,
+      cdi_list, container_gpus, container_cdi, container_cuda, serving_gpus, zombies, throttle,
       xid."
   returned: always
   type: list

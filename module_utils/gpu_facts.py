@@ -42,7 +42,8 @@ class HostIO(object):
     """Host access for capture(); the module passes one backed by AnsibleModule.
 
     run(argv) -> (rc, stdout, stderr); which(name) -> path or None; read(path) -> text or
-    None; listdir(path) -> list or None; exists(path) -> bool; stat(path) -> os.stat_result or None.
+    None; listdir(path) -> list or None; exists(path) -> bool; stat(path) -> os.stat_result or None;
+    readlink(path) -> text, None (nothing there) or False (not a symlink).
     """
 
     def run(self, argv):
@@ -66,6 +67,13 @@ class HostIO(object):
 
     def exists(self, path):
         return os.path.exists(path)
+
+    def readlink(self, path):
+        """A symlink's text; None when nothing is there, False when something other than a symlink is."""
+        try:
+            return os.readlink(path)
+        except (IOError, OSError):
+            return False if os.path.lexists(path) else None
 
     def stat(self, path):
         try:

@@ -36,6 +36,7 @@ try:
     from ansible.module_utils.daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
     from ansible.module_utils.secure_boot import module_signature_events
     from ansible.module_utils.containerd_config import runtime_binaries
+    from ansible.module_utils.dev_char import missing as dev_char_missing, wanted_links as dev_char_links
 except ImportError:  # unit tests put module_utils/ on sys.path
     import error_catalogue as catalogue
     from gpu_facts import build_facts, capture as capture_gpu
@@ -45,6 +46,7 @@ except ImportError:  # unit tests put module_utils/ on sys.path
     from daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
     from secure_boot import module_signature_events
     from containerd_config import runtime_binaries
+    from dev_char import missing as dev_char_missing, wanted_links as dev_char_links
 
 LAYERS = ("hardware", "driver", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "health")
 LAYER_TITLES = {
@@ -703,6 +705,83 @@ def check_runtime(docker_cap, daemon_json_text, runtime_bin_found=None,
 
 
 # ---------------------------------------------------------------------------------------------
+# serving containers keep their GPUs (/dev/char links, systemd reloads)
+
+SERVING_LABEL = "gpuhost.layer=vllm"
+_LOST_DEVICES = next(e for e in catalogue.ENTRIES if e["kind"] == "daemon_reload_lost_devices")
+REMEDY_DEV_CHAR = ("site.yml --tags toolkit (the links and NVIDIA's udev rule that makes them at every driver load), "
+                   "or `nvidia-ctk system create-dev-char-symlinks --create-all`")
+
+
+def check_dev_char(nodes, links):
+    """Every NVIDIA device node has its /dev/char/MAJOR:MINOR link: without it a systemd daemon-reload takes
+    the node from running containers whose cgroup systemd manages. nodes: {path: {kind, major, minor}};
+    links: {link path: readlink text / None / False}."""
+    chars = dict((path, (n["major"], n["minor"])) for path, n in (nodes or {}).items()
+                 if n and n.get("kind") == "char")
+    wanted = dev_char_links(chars)
+    command = "ls -l /dev/char"
+    if not wanted:
+        return result("dev_char", "runtime_config", "ok", "no NVIDIA device node to link", ev=evidence(command))
+    absent = dev_char_missing(wanted, links or {})
+    lines = ["%s -> %s" % (link, (links or {}).get(link) or "(absent)") for link in sorted(wanted)]
+    data = {"links": wanted, "missing": absent}
+    if absent:
+        return result("dev_char", "runtime_config", "warn",
+                      "%d of %d NVIDIA device nodes have no /dev/char link (%s): a systemd daemon-reload would take "
+                      "them from running GPU containers" % (len(absent), len(wanted), ", ".join(absent)),
+                      remedy=REMEDY_DEV_CHAR, ev=evidence(command, lines), data=data)
+    return result("dev_char", "runtime_config", "ok", "every NVIDIA device node has its /dev/char link (%d)"
+                  % len(wanted), ev=evidence(command, lines), data=data)
+
+
+def check_serving_gpus(listing, execs, dev_char_check=None):
+    """`nvidia-smi -L` inside every running serving container (docker exec, read-only) lists GPUs. A container
+    whose NVML says "Unknown Error" lost its device access (a systemd reload without /dev/char links)."""
+    command = "docker ps --filter label=%s --filter status=running; docker exec NAME nvidia-smi -L" % SERVING_LABEL
+    if listing is None:
+        return result("serving_gpus", "container", "skipped", "docker is not running (docker layer)",
+                      ev=evidence(command))
+    if listing.get("rc") != 0:
+        return result("serving_gpus", "container", "warn", "could not list the serving containers: %s"
+                      % " ".join(_lines(_out(listing))[:1]), remedy="read the evidence",
+                      ev=evidence(_cmd(listing), _lines(_out(listing))[:3], listing.get("rc")))
+    if not execs:
+        return result("serving_gpus", "container", "ok", "no serving container running (label %s)" % SERVING_LABEL,
+                      ev=evidence(_cmd(listing)))
+    lost, broken, fine, lines = [], [], [], []
+    for name in sorted(execs):
+        cap = execs[name]
+        out_lines = _lines(_out(cap))
+        if cap.get("rc") == 0 and _container_uuids(cap.get("stdout")):
+            fine.append(name)
+            lines.append("%s: %d GPU(s)" % (name, len(_container_uuids(cap.get("stdout")))))
+            continue
+        said = [l.strip() for l in out_lines if catalogue.matches(_LOST_DEVICES, l)]
+        line = said[0] if said else (out_lines[-1].strip() if out_lines else "exit %s" % cap.get("rc"))
+        (lost if said else broken).append((name, line))
+        lines.append("%s: %s" % (name, line))
+    data = {"ok": fine, "lost": [n for n, _l in lost], "failed": [n for n, _l in broken]}
+    ev = evidence(command, lines)
+    if lost:
+        names = ", ".join(n for n, _l in lost)
+        links_absent = bool(dev_char_check and dev_char_check.get("data", {}).get("missing"))
+        cause = ("systemd reload without /dev/char links" if links_absent or dev_char_check is None else
+                 "a systemd reload, or another cgroup update, took its devices; the /dev/char links are there now")
+        return result("serving_gpus", "container", "fail",
+                      "container %s lost its GPU devices (%s): nvidia-smi inside says %s" % (names, cause, lost[0][1]),
+                      remedy="recreate %s (`docker restart %s`, or site.yml --tags vllm); create the links so that the "
+                             "next reload does not take them again: %s" % (names, lost[0][0], REMEDY_DEV_CHAR),
+                      ev=ev, data=data)
+    if broken:
+        return result("serving_gpus", "container", "fail", "nvidia-smi fails inside serving container %s: %s"
+                      % (", ".join(n for n, _l in broken), broken[0][1]),
+                      remedy="read the evidence; `docker logs %s`" % broken[0][0], ev=ev, data=data)
+    return result("serving_gpus", "container", "ok", "every serving container lists its GPUs (%s)" % ", ".join(fine),
+                  ev=ev, data=data)
+
+
+# ---------------------------------------------------------------------------------------------
 # containerd (a Kubernetes node's engine)
 
 
@@ -1340,6 +1419,15 @@ def evaluate(captures, options=None):
     else:
         cuda_probe = guarded("container_cuda", "container", check_cuda_probe, captures.get("container_cuda"),
                              probe_image, opts["cuda_probe_command"], engine=engine)
+    dev_char_check = guarded("dev_char", "runtime_config", check_dev_char, captures.get("nodes"),
+                             captures.get("dev_char_links"))
+    if engine == "docker" and docker_check["status"] == "ok":
+        serving_check = guarded("serving_gpus", "container", check_serving_gpus, captures.get("serving"),
+                                captures.get("serving_exec") or {}, dev_char_check)
+    else:
+        serving_check = result("serving_gpus", "container", "skipped", "%s is not running" % engine
+                               if docker_check["status"] != "ok" else "serving containers run on docker",
+                               ev=evidence("docker exec NAME nvidia-smi -L"))
     xid_check = guarded("xid", "health", check_xid, captures.get("kernel_log"), opts["kernel_log_command_text"])
     signature_check = guarded("module_signature", "driver", check_module_signature, captures.get("kernel_log"),
                               opts["kernel_log_command_text"])
@@ -1366,12 +1454,14 @@ def evaluate(captures, options=None):
         docker_check,
         toolkit_check,
         runtime_check,
+        dev_char_check,
         guarded("cdi_spec", "cdi", check_cdi_spec, captures.get("cdi_specs") or {}, facts.get("driver_version_kernel"),
                 facts.get("gpu_count"), opts["cdi_spec_path"]),
         cdi_list_check,
         container_gpus,
         container_cdi,
         cuda_probe,
+        serving_check,
         guarded("zombies", "health", check_zombies, facts, gpu_caps),
         guarded("throttle", "health", check_throttle, facts, gpu_caps, opts["benign_clock_reasons"]),
         xid_check,
@@ -1477,6 +1567,15 @@ def capture(io, options=None):
     for path in ("/dev/nvidiactl", "/dev/nvidia-uvm"):
         nodes.setdefault(path, _node(io, path))
     caps["nodes"] = dict((p, n) for p, n in nodes.items() if n is not None)
+    for name in io.listdir("/dev/nvidia-caps") or []:
+        node = _node(io, "/dev/nvidia-caps/" + name)
+        if node is not None:
+            caps["nodes"]["/dev/nvidia-caps/" + name] = node
+    readlink = getattr(io, "readlink", None)
+    caps["dev_char_links"] = dict(
+        (link, readlink(link) if readlink else None)
+        for link in dev_char_links(dict((p, (n["major"], n["minor"])) for p, n in caps["nodes"].items()
+                                        if n.get("kind") == "char")))
     caps["proc_devices"] = io.read("/proc/devices")
     systemctl = io.which("systemctl")
     if systemctl:
@@ -1505,6 +1604,13 @@ def capture(io, options=None):
         path = runtime.get("path") if isinstance(runtime, dict) else None
         if path:
             caps["runtime_bin_found"] = bool(io.exists(path) if path.startswith("/") else io.which(path))
+    if info:
+        # Read-only: `nvidia-smi -L` in each running serving container, as it is.
+        caps["serving"] = _run(io, [docker, "ps", "--filter", "label=" + SERVING_LABEL, "--filter", "status=running",
+                                    "--format", "{{.Names}}"])
+        if caps["serving"]["rc"] == 0:
+            caps["serving_exec"] = dict((name, _run(io, [docker, "exec", name, "nvidia-smi", "-L"]))
+                                        for name in _lines(caps["serving"]["stdout"]) if name.strip())
     if info and opts["container_check"]:
         # --pull never: a missing image is reported, never fetched (Docker 20.10+).
         base = [docker, "run", "--rm", "--pull", "never", "--network", "none"]

@@ -525,6 +525,9 @@ class FakeIO(object):
     def exists(self, path):
         return path in self.files or path in self.dirs
 
+    def readlink(self, path):
+        return getattr(self, "links", {}).get(path)
+
     def stat(self, path):
         node = self.nodes.get(path)
         if node is None:
@@ -624,8 +627,9 @@ def test_module_never_fails_a_broken_host(tmp_path):
     assert res["changed"] is False and res["failed_layer"] in ("driver", "docker")
     assert [c["name"] for c in res["checks"]] == ["hardware", "pci", "kernel_module", "module_signature", "device_nodes", "nvml",
                                                   "persistence",
-                                                  "docker", "toolkit", "runtime", "cdi_spec", "cdi_list",
-                                                  "container_gpus", "container_cdi", "container_cuda", "zombies", "throttle",
+                                                  "docker", "toolkit", "runtime", "dev_char", "cdi_spec", "cdi_list",
+                                                  "container_gpus", "container_cdi", "container_cuda", "serving_gpus",
+                                                  "zombies", "throttle",
                                                       "xid"]
     assert res["message"].startswith(sc.LAYER_TITLES[res["failed_layer"]] + ": ")
 
@@ -641,7 +645,7 @@ def test_fail_on_required_fails_with_the_diagnosis(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     res = json.loads(proc.stdout)
     assert res["failed"] is True and res["msg"].startswith(sc.LAYER_TITLES[res["failed_layer"]])
-    assert len(res["checks"]) == 18
+    assert len(res["checks"]) == 20
 
 
 def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
@@ -651,7 +655,7 @@ def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
     out = sc.evaluate(sc.capture(healthy_host(), PROBE_OPTS), PROBE_OPTS)
     throttle = next(c for c in out["checks"] if c["name"] == "throttle")
     assert throttle["status"] == "warn" and "internal error" in throttle["summary"]
-    assert out["failed_layer"] is None and len(out["checks"]) == 18
+    assert out["failed_layer"] is None and len(out["checks"]) == 20
 
 
 # --- CUDA initialisation in a container (NVIDIA's vectorAdd sample; tests/fixtures/cuda_probe/) --------
@@ -869,3 +873,61 @@ def test_containerd_check_image_absent_is_a_warning_naming_ctr_import():
     gpus = next(c for c in out["checks"] if c["name"] == "container_gpus")
     assert gpus["status"] == "warn" and gpus["data"]["cause"] == "image_absent"
     assert "ctr images import" in gpus["remedy"]
+
+
+# --- serving containers keep their GPUs (/dev/char links; tests/fixtures/devchar/) ---------------------
+
+DEVCHAR = os.path.join(FIXTURES, "devchar")
+# The container's own words after `systemctl daemon-reload` (NVIDIA/nvidia-container-toolkit#1227).
+LOST_TEXT = next(l for l in load(DEVCHAR, "nvml-unknown-error_after-daemon-reload_ubuntu22.04_systemd249_570.133.20_"
+                                          "markdown-section.txt").splitlines()
+                 if l.startswith("Failed to initialize NVML"))
+PS = ("/usr/bin/docker", "ps")
+
+
+def linked(io):
+    """Every NVIDIA node of the fake host with its /dev/char link, as the toolkit role leaves them."""
+    io.links = dict(("/dev/char/%d:%d" % (os.major(io.stat(p).st_rdev), os.minor(io.stat(p).st_rdev)), p)
+                    for p in io.nodes)
+    return io
+
+
+def test_dev_char_links_missing_is_a_warning_naming_them():
+    io = healthy_host()
+    out = sc.evaluate(sc.capture(io, PROBE_OPTS), PROBE_OPTS)
+    check = next(c for c in out["checks"] if c["name"] == "dev_char")
+    assert check["status"] == "warn" and check["layer"] == "runtime_config"
+    assert "/dev/char/195:0" in check["summary"] and "daemon-reload" in check["summary"]
+    assert "create-dev-char-symlinks --create-all" in check["remedy"]
+    out = sc.evaluate(sc.capture(linked(healthy_host()), PROBE_OPTS), PROBE_OPTS)
+    assert next(c for c in out["checks"] if c["name"] == "dev_char")["status"] == "ok"
+
+
+def test_a_serving_container_that_lost_its_gpus_is_named_with_the_fix():
+    assert LOST_TEXT == "Failed to initialize NVML: Unknown Error"
+    io = healthy_host()
+    io.commands = dict([(PS, (0, "qwen3-32b\nqwen25-3b\n", "")),
+                        (("/usr/bin/docker", "exec", "qwen3-32b"), (255, LOST_TEXT + "\n", "")),
+                        (("/usr/bin/docker", "exec", "qwen25-3b"),
+                         (0, "GPU 0: NVIDIA RTX PRO 6000 (UUID: GPU-12345678-aaaa-bbbb-cccc-0123456789ab)\n", ""))]
+                       + list(io.commands.items()))
+    out = sc.evaluate(sc.capture(io, PROBE_OPTS), PROBE_OPTS)
+    assert out["failed_layer"] == "container"
+    serving = next(c for c in out["checks"] if c["name"] == "serving_gpus")
+    assert serving["summary"].startswith("container qwen3-32b lost its GPU devices (systemd reload without "
+                                         "/dev/char links): nvidia-smi inside says Failed to initialize NVML")
+    assert "docker restart qwen3-32b" in serving["remedy"] and "--tags toolkit" in serving["remedy"]
+    assert serving["data"] == {"ok": ["qwen25-3b"], "lost": ["qwen3-32b"], "failed": []}
+    assert ["/usr/bin/docker", "exec", "qwen3-32b", "nvidia-smi", "-L"] in io.ran
+    # With the links there now, the cause is said as it is: they were not there at the reload.
+    out = sc.evaluate(sc.capture(linked(io), PROBE_OPTS), PROBE_OPTS)
+    serving = next(c for c in out["checks"] if c["name"] == "serving_gpus")
+    assert serving["status"] == "fail" and "the /dev/char links are there now" in serving["summary"]
+
+
+def test_no_serving_container_is_fine():
+    io = healthy_host()
+    io.commands = dict([(PS, (0, "", ""))] + list(io.commands.items()))
+    out = sc.evaluate(sc.capture(io, PROBE_OPTS), PROBE_OPTS)
+    serving = next(c for c in out["checks"] if c["name"] == "serving_gpus")
+    assert serving["status"] == "ok" and "no serving container running" in serving["summary"]
