@@ -22,6 +22,8 @@ Real texts (public captures):
   NVRM: installed in this system requires use of the NVIDIA open kernel modules.
 """
 import os
+import re
+import shlex
 import stat
 import subprocess
 import sys
@@ -212,6 +214,40 @@ def write_kmsg(lines, root="/"):
         return False
 
 
+# udev's rule directories, highest priority first (a name in /etc hides the same name further down).
+UDEV_RULE_DIRS = ("etc/udev/rules.d", "run/udev/rules.d", "usr/lib/udev/rules.d", "lib/udev/rules.d")
+_DRIVER_BIND_RUN = re.compile(r'ACTION=="add".*DEVPATH=="/bus/pci/drivers/nvidia".*RUN\+="([^"]+)"')
+
+
+def driver_bind_commands(root="/"):
+    """The RUN commands of the udev rules that match the nvidia driver's "add" event (the driver binding
+    to the GPUs at module load), in udev's order: by file name over all directories."""
+    files = {}
+    for directory in reversed(UDEV_RULE_DIRS):
+        path = os.path.join(root, directory)
+        for name in os.listdir(path) if os.path.isdir(path) else []:
+            if name.endswith(".rules"):
+                files[name] = os.path.join(path, name)
+    commands = []
+    for name in sorted(files):
+        with open(files[name], errors="replace") as fh:
+            for line in fh:
+                match = _DRIVER_BIND_RUN.search(line)
+                if match and not line.lstrip().startswith("#"):
+                    commands.append(match.group(1))
+    return commands
+
+
+def run_driver_bind_rules(root="/"):
+    """What udevd does when the driver binds: each matching rule's program; a failure is logged as udev
+    logs it (tests/fixtures/devchar: "(udev-worker)[N]: nvidia: Process '...' failed with exit code 1.")."""
+    for command in driver_bind_commands(root):
+        res = subprocess.run(shlex.split(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if res.returncode != 0:
+            sys.stderr.write("(udev-worker)[%d]: nvidia: Process '%s' failed with exit code %d.\n"
+                             % (os.getpid(), command, res.returncode))
+
+
 def boot(state_path=None, root="/"):
     holder = {}
 
@@ -221,6 +257,8 @@ def boot(state_path=None, root="/"):
     st.update(fn, state_path)
     state = holder["state"]
     made = lay_down(state, root)
+    if made and os.path.abspath(root) == "/":
+        run_driver_bind_rules(root)
     marker = os.path.join(root, "run/gpu-sim")
     os.makedirs(marker, exist_ok=True)
     with open(os.path.join(marker, "boot-id"), "w") as fh:

@@ -1113,6 +1113,64 @@ def _uvm_major(dev_root):
     return _cdi.UVM_MAJOR_DEFAULT
 
 
+def _truthy(value):
+    return (value or "").lower() in ("1", "true", "t")
+
+
+def cmd_create_dev_char_symlinks(args, log, stdout, env):
+    """`nvidia-ctk system create-dev-char-symlinks` (cmd/nvidia-ctk/system/create-dev-char-symlinks, v1.18):
+    /dev/char/MAJOR:MINOR -> <driver-root>/dev/<node> for the NVIDIA nodes that exist, or with --create-all
+    for every node the loaded module can have (control, modeset, UVM, one per GPU). logrus lines: "Creating
+    link %s => %s" per node, "Could not create symlink: symlink <target> <link>: file exists" where a link is
+    there; nothing is created under --dry-run (tests/fixtures/devchar/README.md)."""
+    defaults = {"dev-char-path": env.get("DEV_CHAR_PATH") or "/dev/char",
+                "driver-root": env.get("NVIDIA_DRIVER_ROOT") or env.get("DRIVER_ROOT") or "/",
+                "create-all": _truthy(env.get("CREATE_ALL")),
+                "load-kernel-modules": _truthy(env.get("LOAD_KERNEL_MODULES")),
+                "create-device-nodes": _truthy(env.get("CREATE_DEVICE_NODES")),
+                "dry-run": _truthy(env.get("DRY_RUN"))}
+    o = parse_flags(args, {"dev-char-path": ("string", []), "driver-root": ("string", []),
+                           "create-all": ("bool", []), "load-kernel-modules": ("bool", []),
+                           "create-device-nodes": ("bool", []), "dry-run": ("bool", [])}, defaults)[0]
+    for flag in ("load-kernel-modules", "create-device-nodes"):
+        if o[flag] and not o["create-all"]:
+            log.warning("%s is only applicable when create-all is set; ignoring" % flag)
+    dev = os.path.join(o["driver-root"], "dev")
+    if o["create-all"]:
+        state = _cdi.load_state()
+        if not (state.get("driver") or {}).get("loaded"):
+            raise CtkError("failed to create symlink creator: missing required device major nvidia-frontend")
+        uvm = _uvm_major(o["driver-root"])
+        nodes = [("nvidiactl", _cdi.NVIDIA_MAJOR, _cdi.NVIDIACTL_MINOR),
+                 ("nvidia-modeset", _cdi.NVIDIA_MAJOR, _cdi.MODESET_MINOR),
+                 ("nvidia-uvm", uvm, 0), ("nvidia-uvm-tools", uvm, 1)]
+        nodes += [("nvidia%d" % _cdi.gpu_minor(g), _cdi.NVIDIA_MAJOR, _cdi.gpu_minor(g)) for g in state["gpus"]]
+    else:
+        nodes = []
+        for name in sorted(os.listdir(dev)) if os.path.isdir(dev) else []:
+            try:
+                st = os.stat(os.path.join(dev, name))
+            except OSError:
+                continue
+            if name.startswith("nvidia") and stat.S_ISCHR(st.st_mode):
+                nodes.append((name, os.major(st.st_rdev), os.minor(st.st_rdev)))
+        if not nodes:
+            log.info("No NVIDIA devices found in %s" % dev)
+            return 0
+    for name, major, minor in nodes:
+        link = os.path.join(o["dev-char-path"], "%d:%d" % (major, minor))
+        target = os.path.join(dev, name)
+        log.info("Creating link %s => %s" % (link, target))
+        if o["dry-run"]:
+            continue
+        os.makedirs(o["dev-char-path"], exist_ok=True)
+        try:
+            os.symlink(target, link)
+        except OSError as exc:
+            log.warning("Could not create symlink: symlink %s %s: %s" % (target, link, _go_errno(exc)))
+    return 0
+
+
 def cmd_create_device_nodes(args, log, stdout, env):
     defaults = {"root": env.get("ROOT") or env.get("NVIDIA_DRIVER_ROOT") or env.get("DRIVER_ROOT") or "/",
                 "dev-root": env.get("NVIDIA_DEV_ROOT") or env.get("DEV_ROOT") or "",
@@ -1404,7 +1462,10 @@ def main(argv=None, version=None, commit=None, stdout=None, stderr=None, env=Non
         if cmd == "system":
             if rest and rest[0] == "create-device-nodes":
                 return cmd_create_device_nodes(rest[1:], log, stdout, env)
-            raise CtkError("the simulated nvidia-ctk implements only `system create-device-nodes`")
+            if rest and rest[0] == "create-dev-char-symlinks":
+                return cmd_create_dev_char_symlinks(rest[1:], log, stdout, env)
+            raise CtkError("the simulated nvidia-ctk implements only `system create-device-nodes` and "
+                           "`system create-dev-char-symlinks`")
         if cmd == "config":
             return cmd_config(rest, log, stdout, env)
         if cmd == "hook":

@@ -31,6 +31,7 @@ import subprocess
 import sys
 
 from gpusim import cdi as _cdi
+from gpusim import reload as _reload
 
 DEFAULT_VERSION = "1.18.0"
 RELEASE_COMMITS = {
@@ -243,7 +244,7 @@ def direct_mknod(rootfs):
     return make
 
 
-def inject(state, rootfs, env, pid=None, make_node=None, host_root="/", gpusim_src=None):
+def inject(state, rootfs, env, pid=None, make_node=None, host_root="/", gpusim_src=None, cfg=None):
     """Do what `nvidia-container-cli configure` does for the simulated driver. Returns what was done.
 
     HookError for a broken driver or an unknown device. make_node(pid, path, major, minor) makes a
@@ -313,7 +314,24 @@ def inject(state, rootfs, env, pid=None, make_node=None, host_root="/", gpusim_s
     for path, major, minor in nodes:
         make_node(pid, os.path.join(rootfs, path.lstrip("/")), major, minor)
         done["nodes"].append(path)
+    # What a later systemd daemon-reload can take from this container (gpusim/reload.py).
+    record = _reload.container_record(["%d:%d" % (major, minor) for _p, major, minor in nodes], cfg,
+                                      os.path.join(host_root, _reload.RELOAD_DIR.lstrip("/")))
+    with open(_inside(rootfs, _reload.DEVICES_IN_CONTAINER), "w", encoding="utf-8") as fh:
+        json.dump(record, fh, sort_keys=True)
+        fh.write("\n")
+    done["files"].append(_reload.DEVICES_IN_CONTAINER)
     return done
+
+
+def nsenter_bind_reloads(pid, rootfs):
+    """Bind the host's reload record into the container (its mount namespace, before pivot_root), so the
+    simulated NVML there sees the reloads that happen while it runs."""
+    os.makedirs(_reload.RELOAD_DIR, exist_ok=True)
+    mountpoint = _inside(rootfs, _reload.IN_CONTAINER)
+    os.makedirs(mountpoint, exist_ok=True)
+    subprocess.run(["nsenter", "--target", str(pid), "--mount", "mount", "--bind", _reload.RELOAD_DIR, mountpoint],
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
 
 
 # ==================================================================================================
@@ -384,13 +402,16 @@ def hook_main(argv=None, version=None, commit=None, stdin=None, stderr=None, mak
         stderr.write('couldn\'t find binary nvidia-container-cli in /usr/local/sbin:/usr/local/bin:/usr/sbin:'
                      '/usr/bin:/sbin:/bin : exec: "nvidia-container-cli": executable file not found in $PATH\n')
         return 1
-    if make_node is None and os.environ.get("GPUSIM_HOOK_NO_NSENTER"):
+    real = make_node is None and not os.environ.get("GPUSIM_HOOK_NO_NSENTER")
+    if make_node is None and not real:
         make_node = direct_mknod(rootfs)
     try:
-        inject(_cdi.load_state(), rootfs, env, pid=pid, make_node=make_node)
+        inject(_cdi.load_state(), rootfs, env, pid=pid, make_node=make_node, cfg=_cfg)
     except HookError as exc:
         stderr.write("%s\n" % exc)
         return 1
+    if real:
+        nsenter_bind_reloads(pid, rootfs)
     return 0
 
 

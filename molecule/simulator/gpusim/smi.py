@@ -23,6 +23,7 @@ import time
 from xml.sax.saxutils import escape
 
 from . import catalogue
+from . import reload as _reload
 from . import state as st
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
@@ -856,6 +857,8 @@ def run(argv, state_path=None, now=None, euid=None):
     except ValueError:
         return MSG_INVALID + "\n", RC_INVALID
     state = st.load(state_path)
+    if state.get("container") and _reload.nvml_lost():
+        return _reload.MSG_LOST + "\n", _reload.RC_LOST
     drv = st.driver_state(state)
     if drv in ("no_driver", "not_loaded"):
         return MSG_NO_DRIVER + "\n", RC_NODRIVER

@@ -15,7 +15,8 @@
 #   --root DIR  install under DIR instead of / (unit tests; no systemctl, no mount/mknod)
 #
 # Puts: /usr/lib/gpu-sim/gpusim/ (library), /usr/local/sbin/lspci, /usr/local/sbin/gpusim-boot,
-# /usr/local/bin/gpusim, /etc/systemd/system/gpusim-boot.service (enabled), /var/lib/gpu-sim/state.json.
+# /usr/local/bin/gpusim, /etc/systemd/system/gpusim-boot.service (enabled), /var/lib/gpu-sim/state.json,
+# /usr/lib/systemd/system-generators/gpusim-daemon-reload (gpusim/reload.py).
 # Idempotent. Prints "changed" on its last line when it changed anything, "ok" otherwise.
 set -eu
 
@@ -71,6 +72,7 @@ put "$SRC/bin/lspci" "$ROOT/usr/local/sbin/lspci" 0755
 put "$SRC/bin/gpusim-boot" "$ROOT/usr/local/sbin/gpusim-boot" 0755
 put "$SRC/bin/gpusim" "$ROOT/usr/local/bin/gpusim" 0755
 put "$SRC/units/gpusim-boot.service" "$SYSD/gpusim-boot.service" 0644
+put "$SRC/units/gpusim-daemon-reload.generator" "$ROOT/usr/lib/systemd/system-generators/gpusim-daemon-reload" 0755
 mkdir -p "$SYSD/sysinit.target.wants"
 if [ "$(readlink "$SYSD/sysinit.target.wants/gpusim-boot.service" 2>/dev/null)" != /etc/systemd/system/gpusim-boot.service ]; then
     ln -sf /etc/systemd/system/gpusim-boot.service "$SYSD/sysinit.target.wants/gpusim-boot.service"
