@@ -141,3 +141,167 @@ def shadowing(specs_by_path, managed_path):
     return sorted(p for p, s in specs_by_path.items()
                   if p != managed_path and s.get("kind") == managed["kind"] and rank(p) > mine
                   and set(s.get("devices") or []) & set(managed.get("devices") or []))
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec versions: which one the toolkit writes, which ones the engines read.
+# Every number below was read from the sources named in tests/fixtures/cdi_versions/README.md.
+
+# The toolkit's feature flag that drops `additionalGids` from the spec (pkg/nvcdi/api.go, from v1.19.0).
+# The NVIDIA Container Toolkit 1.19.1 release notes ("Known Issues") recommend it for engines that do
+# not read CDI spec 0.7.0: `nvidia-ctk cdi generate --feature-flag no-additional-gids-for-device-nodes`.
+FEATURE_NO_ADDITIONAL_GIDS = "no-additional-gids-for-device-nodes"
+
+ENGINES = ("docker", "containerd", "podman")
+
+# For each engine, (first release, the container-device-interface module it builds with, the highest spec
+# version that module reads), in release order: moby vendor.mod, containerd go.mod and podman go.mod at the
+# release tags. A version below the first row has no CDI support (docker < 25, containerd < 1.7,
+# podman < 4.1). Docker 25.0.17 took CDI v0.8.1 in with containerd v1.7.33, so it reads more than 26.0.
+# Releases after the last row checked (docker 29.7.2, containerd 2.3.4, podman 5.8.2) are taken as that
+# row: a lower bound.
+_ENGINE_CDI = {
+    "docker": (((25, 0, 0), "v0.6.2", "0.6.0"), ((25, 0, 17), "v0.8.1", "0.8.0"),
+               ((26, 0, 0), "v0.6.2", "0.6.0"), ((26, 1, 0), "v0.7.1", "0.7.0"), ((26, 1, 1), "v0.7.2", "0.7.0"),
+               ((27, 4, 0), "v0.8.0", "0.8.0"), ((28, 0, 1), "v0.8.1", "0.8.0"), ((28, 1, 0), "v1.0.1", "1.0.0"),
+               ((29, 2, 0), "v1.1.0", "1.1.0")),
+    "containerd": (((1, 7, 0), "v0.5.4", "0.5.0"), ((1, 7, 12), "v0.6.1", "0.6.0"), ((1, 7, 13), "v0.6.2", "0.6.0"),
+                   ((1, 7, 16), "v0.7.2", "0.7.0"), ((1, 7, 27), "v0.8.1", "0.8.0"), ((2, 0, 0), "v0.8.0", "0.8.0"),
+                   ((2, 0, 3), "v0.8.1", "0.8.0"), ((2, 0, 5), "v1.0.0", "1.0.0"), ((2, 1, 0), "v1.0.1", "1.0.0"),
+                   ((2, 2, 1), "v1.1.0", "1.1.0")),
+    "podman": (((4, 1, 0), "v0.4.0", "0.4.0"), ((4, 3, 0), "v0.5.2", "0.5.0"), ((4, 4, 0), "v0.5.3", "0.5.0"),
+               ((4, 5, 0), "v0.5.4", "0.5.0"), ((4, 7, 0), "v0.6.1", "0.6.0"), ((4, 8, 0), "v0.6.2", "0.6.0"),
+               ((5, 1, 0), "v0.7.2", "0.7.0"), ((5, 2, 0), "v0.8.0", "0.8.0"), ((5, 5, 0), "v1.0.1", "1.0.0")),
+}
+
+_VERSION_IN_TEXT = re.compile(r"(?<![\w.])v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(text):
+    """The first dotted version in a text, as a tuple of three ints, or None.
+
+    Takes what the tools print: '26.1.5+dfsg1', '1.7.24~ds1', 'v2.0.0', 'podman version 4.3.1',
+    'containerd containerd.io 1.7.27 05044ec...', 'NVIDIA Container Toolkit CLI version 1.18.0'.
+    """
+    match = _VERSION_IN_TEXT.search(text or "")
+    if not match:
+        return None
+    return tuple(int(part or 0) for part in match.groups())
+
+
+def version_token(text):
+    """The version as the tool printed it ('26.1.5+dfsg1', '1.7.24~ds1'), without a leading 'v' or a
+    trailing comma; None when the text names no version."""
+    for token in (text or "").split():
+        if parse_version(token) and _VERSION_IN_TEXT.match(token):
+            return token.rstrip(",").lstrip("v")
+    return None
+
+
+def newer(version_a, version_b):
+    """Whether spec (or any dotted) version a is above b."""
+    a, b = parse_version(version_a), parse_version(version_b)
+    return a is not None and b is not None and a > b
+
+
+def toolkit_spec_version(toolkit_version, feature_flags=(), restricted_nodes=True):
+    """The cdiVersion `nvidia-ctk cdi generate` writes for a GPU host (device names index and uuid).
+
+    The toolkit writes the lowest version its content needs (since 1.12; recomputed on save since 1.16):
+    0.5.0 for device names that start with a digit, 0.7.0 as soon as a device node gets `additionalGids`.
+    From 1.19.1 it adds them for every device node that is not world read/writable and whose group is not
+    root (DRM nodes /dev/dri/card*, renderD*; /dev/nvidia* created 0660 with a group), unless generated
+    with --feature-flag no-additional-gids-for-device-nodes. 1.19.0 had the code but dropped every GID
+    (fixed by "fix: Additional GIDs are dropped due to file mode mask" in 1.19.1).
+    restricted_nodes: whether the host has such nodes (True: the worst case). None for a toolkit older
+    than 1.12 or a version that cannot be read.
+    """
+    version = parse_version(toolkit_version)
+    if version is None or version < (1, 12, 0):
+        return None
+    if restricted_nodes and version >= (1, 19, 1) and FEATURE_NO_ADDITIONAL_GIDS not in (feature_flags or ()):
+        return "0.7.0"
+    return "0.5.0"
+
+
+def toolkit_has_feature_flag(toolkit_version):
+    """Whether `nvidia-ctk cdi generate` knows --feature-flag no-additional-gids-for-device-nodes (1.19.0+;
+    1.18 has the --feature-flag option but not this flag, 1.17 has neither)."""
+    version = parse_version(toolkit_version)
+    return version is not None and version >= (1, 19, 0)
+
+
+def _engine_row(engine, version):
+    parsed = parse_version(version)
+    if parsed is None:
+        return None
+    row = None
+    for candidate in _ENGINE_CDI.get(engine, ()):
+        if parsed >= candidate[0]:
+            row = candidate
+    return row
+
+
+def engine_reads(engine, version):
+    """The highest CDI spec version an engine release reads ('0.6.0' for docker 26.0.x), or None when that
+    release has no CDI support or its version cannot be read."""
+    row = _engine_row(engine, version)
+    return row[2] if row else None
+
+
+def engine_first_reading(engine, spec_version):
+    """The release of an engine from which on every release reads a spec version ('26.1.0' for docker and
+    0.7.0), or None when no release checked does."""
+    first = None
+    for start, _module, reads in reversed(_ENGINE_CDI.get(engine, ())):
+        if newer(spec_version, reads):
+            break
+        first = "%d.%d.%d" % start
+    return first
+
+
+def too_new_message(engine, version, reads, spec_version, path=None):
+    """The finding, in one wording for the role, the module and the diagnosis."""
+    return "spec version too new for %s %s: %s cdiVersion %s, %s %s reads up to %s" % (
+        engine, version, ("%s is" % path) if path else "the spec is", spec_version, engine, version, reads)
+
+
+def too_new_for(spec_version, engines):
+    """The engines that cannot read a spec: [(engine, version, reads)], for {engine: version} (a version of
+    None, or of a release without CDI, is skipped)."""
+    found = []
+    for engine in sorted(engines or {}):
+        version = engines[engine]
+        reads = engine_reads(engine, version)
+        if reads and spec_version and newer(spec_version, reads):
+            found.append((engine, version, reads))
+    return found
+
+
+def engine_compat(toolkit_version, engines):
+    """Whether to generate with --feature-flag no-additional-gids-for-device-nodes, and why.
+
+    toolkit_version: what `nvidia-ctk --version` says; engines: {engine: version or None} of the engines
+    present. Returns {"feature_flags": [...], "spec_version": what the toolkit will write at most,
+    "engines": {engine: {"version", "reads"}}, "reasons": [...], "unreadable_by": [messages for engines
+    that cannot read even that]}. The flag is chosen only where it helps: a toolkit that may write 0.7.0
+    and an engine that reads less.
+    """
+    result = {"feature_flags": [], "spec_version": toolkit_spec_version(toolkit_version), "reasons": [],
+              "unreadable_by": [],
+              "engines": dict((e, {"version": v, "reads": engine_reads(e, v)}) for e, v in (engines or {}).items())}
+    if result["spec_version"] is None:
+        result["reasons"].append("toolkit version %s: the spec version it writes is not known here"
+                                 % (toolkit_version or "unknown"))
+        return result
+    blocked = too_new_for(result["spec_version"], engines)
+    if blocked and toolkit_has_feature_flag(toolkit_version):
+        result["feature_flags"] = [FEATURE_NO_ADDITIONAL_GIDS]
+        result["reasons"] = ["%s; generating with --feature-flag %s (spec %s)" % (
+            too_new_message(e, v, r, result["spec_version"]), FEATURE_NO_ADDITIONAL_GIDS,
+            toolkit_spec_version(toolkit_version, result["feature_flags"]))
+            for e, v, r in blocked]
+        result["spec_version"] = toolkit_spec_version(toolkit_version, result["feature_flags"])
+    result["unreadable_by"] = [too_new_message(e, v, r, result["spec_version"])
+                               for e, v, r in too_new_for(result["spec_version"], engines)]
+    return result
