@@ -13,12 +13,21 @@ capture nvidia_ctk/cdi-generate_mock-A100_nvidia.yaml made by 1.20.0):
 - the YAML style: 1.18+ (orderedyaml, yaml.v3 with 4-space indent, struct field order, "---" first line);
   1.17 (sigs.k8s.io/yaml: keys sorted, 2-space indent, sequences not indented); JSON is json.Marshal
   (compact, no newline);
-- the file is written as `spec.*.tmp` in the target directory, renamed over the target, chmod 0644.
+- the file is written as `spec.*.tmp` in the target directory, renamed over the target, chmod 0644;
+- device nodes from 1.19.0 (internal/edits/device.go): a node that is a real device on the host gets
+  major, minor, fileMode (its permission bits), permissions "rwm" and a non-root gid, as runc's
+  DeviceFromPath reads them (a regular file or a missing node keeps the minimal path/hostPath entry);
+  from 1.19.1 a node whose group is not root and which is not world read/writable also adds that gid to
+  `additionalGids` (after `mounts`, the CDI ContainerEdits field order; sorted, deduplicated; 1.19.0 had
+  the code but dropped every gid), unless --feature-flag no-additional-gids-for-device-nodes; cdiVersion is
+  then 0.7.0, the minimum version for additionalGids (CDI specs-go/version.go requiresV070).
+  tests/fixtures/cdi_versions/README.md has the sources.
 """
 import datetime
 import json
 import os
 import re
+import stat
 import sys
 import tempfile
 
@@ -209,8 +218,21 @@ def features(toolkit_version):
         "disable_device_node_modification": v >= (1, 18, 0),
         "update_application_profile": v >= (1, 20, 0),
         "ordered_yaml": v >= (1, 18, 0),
-        "current_cdi_version": "1.1.0" if v >= (1, 20, 0) else ("1.0.0" if v >= (1, 18, 0) else "0.8.0"),
-        "log_min_version": v >= (1, 18, 0),
+        "current_cdi_version": "1.1.0" if v >= (1, 19, 0) else ("1.0.0" if v >= (1, 18, 0) else "0.8.0"),
+        # up to 1.18 the version was logged before Save set the minimum one ("fix: Log actual CDI spec
+        # version", 1.19.0-rc.3)
+        "log_min_version": v >= (1, 19, 0),
+        # cdi generate --feature-flag (and NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS): from 1.18.0
+        "feature_flag_option": v >= (1, 18, 0),
+        # the no-additional-gids-for-device-nodes feature flag: from 1.19.0
+        "no_additional_gids_flag": v >= (1, 19, 0),
+        # device nodes described from the host's node (major, minor, fileMode, permissions, gid): 1.19.0
+        "device_node_info": v >= (1, 19, 0),
+        # additionalGids for group-only device nodes, effective from 1.19.1
+        "additional_gids": v >= (1, 19, 1),
+        # list flags of cdi generate split "a,b" into two values: urfave/cli v2 (1.17) and v3.6+ per
+        # command (1.19+); 1.18's urfave/cli v3.4.1 took the root's DisableSliceFlagSeparator for all
+        "split_list_flags": not ((1, 18, 0) <= v < (1, 19, 0)),
     }
 
 
@@ -272,23 +294,67 @@ def _hook(args, feats):
             "env": ["NVIDIA_CTK_DEBUG=false"]}
 
 
+NO_ADDITIONAL_GIDS = "no-additional-gids-for-device-nodes"
+
+
+def lstat_device(path):
+    """(major, minor, permission bits, gid) of a device node, as runc's DeviceFromPath reads it (lstat;
+    char, block or fifo), or None for anything else (a missing path, a regular file, a symlink)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+        return None
+    return os.major(st.st_rdev), os.minor(st.st_rdev), stat.S_IMODE(st.st_mode), st.st_gid
+
+
+def device_node(path, dev_root, feats, feature_flags=()):
+    """(the CDI deviceNode entry, its additional gids) for a node the spec names."""
+    entry = {"path": path, "hostPath": path}
+    if not feats["device_node_info"]:
+        return entry, []
+    info = lstat_device(_rooted(dev_root, path))
+    if info is None:
+        return entry, []
+    major, minor, mode, gid = info
+    for key, value in (("major", major), ("minor", minor), ("fileMode", mode)):
+        if value:
+            entry[key] = value
+    entry["permissions"] = "rwm"
+    if gid:
+        entry["gid"] = gid
+    world_rw = mode & 0o4 and mode & 0o2
+    skip = feats["no_additional_gids_flag"] and NO_ADDITIONAL_GIDS in (feature_flags or ())
+    if feats["additional_gids"] and gid and mode and not world_rw and not skip:
+        return entry, [gid]
+    return entry, []
+
+
+def _edits(nodes, gids):
+    edits = {"deviceNodes": nodes}
+    if gids:
+        edits["additionalGids"] = sorted(set(gids))
+    return edits
+
+
 def build_spec(state, toolkit_version, driver_root="/", dev_root=None, vendor="nvidia.com", cls="gpu",
-               no_all_device=False, extra_mounts=None):
+               no_all_device=False, extra_mounts=None, feature_flags=()):
     """The spec dict (insertion order = the CDI struct field order) for the state's GPUs."""
     dev_root = driver_root if dev_root is None else dev_root
     feats = features(toolkit_version)
     version = state["driver"]["loaded"]["version"]
     devices = []
-    all_nodes = []
+    all_nodes, all_gids = [], []
     for gpu in state.get("gpus", []):
-        node = "/dev/nvidia%d" % gpu_minor(gpu)
-        edits = {"deviceNodes": [{"path": node, "hostPath": node}]}
+        node, gids = device_node("/dev/nvidia%d" % gpu_minor(gpu), dev_root, feats, feature_flags)
+        edits = _edits([node], gids)
         all_nodes.append(node)
+        all_gids += gids
         for name in (str(gpu.get("index", 0)), gpu["uuid"]):
             devices.append({"name": name, "containerEdits": json.loads(json.dumps(edits))})
     if not no_all_device and devices:
-        devices.append({"name": "all", "containerEdits": {
-            "deviceNodes": [{"path": n, "hostPath": n} for n in all_nodes]}})
+        devices.append({"name": "all", "containerEdits": json.loads(json.dumps(_edits(all_nodes, all_gids)))})
 
     libs = find_versioned_libs(version, driver_root)
     env = []
@@ -323,14 +389,20 @@ def build_spec(state, toolkit_version, driver_root="/", dev_root=None, vendor="n
     common = {}
     if env:
         common["env"] = env
-    nodes = find_control_nodes(dev_root)
-    if nodes:
-        common["deviceNodes"] = [{"path": n, "hostPath": n} for n in nodes]
+    control = [device_node(n, dev_root, feats, feature_flags) for n in find_control_nodes(dev_root)]
+    if control:
+        common["deviceNodes"] = [entry for entry, _gids in control]
     if hooks:
         common["hooks"] = hooks
     if mounts:
         common["mounts"] = mounts
-    spec = {"cdiVersion": "0.5.0", "kind": "%s/%s" % (vendor, cls), "devices": devices,
+    common_gids = sorted(set(g for _entry, gids in control for g in gids))
+    if common_gids:
+        common["additionalGids"] = common_gids
+    # the minimum version the content needs: 0.5.0 for device names that start with a digit (and
+    # hostPath), 0.7.0 once anything has additionalGids
+    needs_070 = common_gids or any(d["containerEdits"].get("additionalGids") for d in devices)
+    spec = {"cdiVersion": "0.7.0" if needs_070 else "0.5.0", "kind": "%s/%s" % (vendor, cls), "devices": devices,
             "containerEdits": common}
     return spec
 

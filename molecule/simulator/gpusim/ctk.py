@@ -7,7 +7,8 @@ nvidia_ctk/ (made by 1.20.0):
   nvidia-ctk --version
   nvidia-ctk runtime configure --runtime=docker [--config F] [--set-as-default] [--cdi.enabled] [--dry-run]
   nvidia-ctk runtime configure --runtime=containerd [--config F] [--drop-in-config F] [...]
-  nvidia-ctk cdi generate [--output F] [--format yaml|json] [--driver-root D] [--dev-root D] ...
+  nvidia-ctk cdi generate [--output F] [--format yaml|json] [--driver-root D] [--dev-root D]
+                          [--feature-flag NAME ...] ...
   nvidia-ctk cdi list [--spec-dir D ...]
   nvidia-ctk system create-device-nodes [--control-devices] [--load-kernel-modules] [--dry-run]
   nvidia-ctk config [--config-file F] [--in-place] [--output F] [--set key=value ...]
@@ -955,14 +956,31 @@ CDI_GENERATE_ENV = {
 
 
 def cmd_cdi_generate(args, log, stdout, env, toolkit_version):
+    feats = _cdi.features(toolkit_version)
+    flags = dict(CDI_GENERATE_FLAGS)
+    env_vars = dict(CDI_GENERATE_ENV)
+    if feats["feature_flag_option"]:
+        env_vars["feature-flag"] = "NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS"
+    else:
+        del flags["feature-flag"]          # 1.17: "flag provided but not defined: -feature-flag"
     defaults = {"output": "", "format": "yaml", "mode": "auto", "dev-root": "", "driver-root": "",
                 "vendor": "nvidia.com", "class": "gpu", "no-all-device": False, "device-id": ["all"],
                 "device-name-strategy": ["index", "uuid"]}
-    for key, var in CDI_GENERATE_ENV.items():
+    for key, var in env_vars.items():
         if env.get(var) not in (None, ""):
             val = env[var]
-            defaults[key] = val.lower() in ("1", "true", "t") if key == "no-all-device" else val
-    o, explicit = parse_flags(args, CDI_GENERATE_FLAGS, defaults)[:2]
+            if key == "no-all-device":
+                defaults[key] = val.lower() in ("1", "true", "t")
+            elif flags[key][0] == "list":
+                defaults[key] = [val]
+            else:
+                defaults[key] = val
+    o, explicit = parse_flags(args, flags, defaults)[:2]
+    if feats["split_list_flags"]:
+        for name, (kind, _aliases) in flags.items():
+            if kind == "list":
+                o[name] = [part for value in o[name] for part in value.split(",")]
+    # Feature flags the toolkit does not know are accepted and do nothing (pkg/nvcdi WithFeatureFlags).
     fmt = o["format"].lower()
     if fmt not in ("json", "yaml"):
         raise CtkError("invalid output format: %s" % fmt)
@@ -1055,7 +1073,7 @@ def cmd_cdi_generate(args, log, stdout, env, toolkit_version):
         extra = ["/usr/lib/gpu-sim", "/var/lib/gpu-sim"]
     spec = _cdi.build_spec(sub, toolkit_version, driver_root=driver_root, dev_root=dev_root,
                            vendor=o["vendor"], cls=o["class"], no_all_device=o["no-all-device"],
-                           extra_mounts=extra)
+                           extra_mounts=extra, feature_flags=o.get("feature-flag") or [])
     if not spec["devices"]:
         raise CtkError("failed to generate CDI spec: failed to create device CDI specs: no NVIDIA devices found")
     data = _cdi.render(spec, fmt, toolkit_version)
@@ -1073,7 +1091,6 @@ def cmd_cdi_generate(args, log, stdout, env, toolkit_version):
         except OSError as exc:
             raise CtkError("failed to write spec: failed to create Spec file: %s"
                            % _go_path_error("open", path, exc))
-    feats = _cdi.features(toolkit_version)
     log.info("Generated CDI spec with version %s"
              % (spec["cdiVersion"] if feats["log_min_version"] else feats["current_cdi_version"]))
     return 0
