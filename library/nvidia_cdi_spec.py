@@ -17,6 +17,14 @@ description:
   - A spec at O(output) that is not a CDI spec fails the task and is left as it is, unless
     O(replace_malformed) is set.
   - Reports specs of the same kind in a later CDI directory (C(/var/run/cdi)) that shadow O(output).
+  - With O(engine_compat=auto) it reads the versions of the engines installed (C(docker version), else
+    C(dockerd --version); C(containerd --version); C(podman --version); read-only) and the toolkit's
+    (C(nvidia-ctk --version)). Toolkit 1.19.1 and later write CDI spec 0.7.0 where a device node is
+    group-owned and not world read/writable (C(additionalGids)); docker before 26.1, containerd before
+    1.7.16 and podman before 5.1 read only older specs. Where such an engine is installed, the spec is
+    generated with C(--feature-flag no-additional-gids-for-device-nodes), as NVIDIA's release notes advise.
+  - A generated spec that an installed engine still cannot read is reported in RV(too_new_for) and as a
+    warning.
 version_added: "1.0.0"
 author: gpuhost
 extends_documentation_fragment:
@@ -44,6 +52,15 @@ options:
   nvidia_ctk_path:
     description: Path of nvidia-ctk; looked up on PATH when not given.
     type: path
+  engine_compat:
+    description:
+      - V(auto) reads the installed engines' versions and generates with
+        C(--feature-flag no-additional-gids-for-device-nodes) where one of them cannot read the spec
+        version the toolkit would write.
+      - V(off) reads no engine and passes no feature flag.
+    type: str
+    choices: [auto, "off"]
+    default: auto
 notes:
   - Supports check mode (it generates into a temporary file and reports, changing nothing) and diff mode.
 """
@@ -80,6 +97,38 @@ shadowed_by:
   returned: success
   type: list
   elements: str
+spec_version:
+  description: The cdiVersion of the spec at O(output) after the run (in check mode, of the spec it would write).
+  returned: success
+  type: str
+  sample: 0.5.0
+toolkit_version:
+  description: The version C(nvidia-ctk --version) reports.
+  returned: success
+  type: str
+engines:
+  description: The engines installed, with the version each reports and the highest CDI spec version it reads
+    (null for a release without CDI support or a version that could not be read). Empty with O(engine_compat=off).
+  returned: success
+  type: dict
+  sample: {"docker": {"version": "26.1.5+dfsg1", "reads": "0.7.0"}, "podman": {"version": "4.9.3", "reads": "0.6.0"}}
+feature_flags:
+  description: The feature flags passed to C(nvidia-ctk cdi generate).
+  returned: success
+  type: list
+  elements: str
+  sample: [no-additional-gids-for-device-nodes]
+engine_compat_reasons:
+  description: Why the feature flags were chosen, naming each engine and version.
+  returned: success
+  type: list
+  elements: str
+too_new_for:
+  description: For each installed engine that cannot read the spec at O(output) after the run,
+    C(spec version too new for <engine> <version>: ...).
+  returned: success
+  type: list
+  elements: str
 """
 
 import glob
@@ -90,7 +139,9 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.atomic_file import backup_copy, read_text
-from ansible.module_utils.cdi_spec import CDI_DIRS, CdiSpecError, parse_cdi_list, read_spec, shadowing, staleness
+from ansible.module_utils.cdi_spec import (CDI_DIRS, FEATURE_NO_ADDITIONAL_GIDS, CdiSpecError, engine_compat,
+                                           engine_reads, parse_cdi_list, read_spec, shadowing, staleness,
+                                           too_new_for, too_new_message, version_token)
 
 _NVRM = re.compile(r"NVRM version:.*?\s(\d+\.\d+(?:\.\d+)?)\s")
 
@@ -105,6 +156,44 @@ def loaded_version(module):
 def last_error(stderr):
     lines = [l for l in stderr.splitlines() if "level=error" in l] or stderr.strip().splitlines()[-1:]
     return lines[-1] if lines else ""
+
+
+def _first_line(text):
+    lines = [l.strip() for l in (text or "").splitlines() if l.strip()]
+    return lines[0] if lines else None
+
+
+def engine_versions(module):
+    """{engine: version or None} of the engines installed; read-only commands, each only where installed."""
+    found = {}
+    docker = module.get_bin_path("docker")
+    if docker:
+        rc, out, _err = module.run_command([docker, "version", "--format", "{{.Server.Version}}"])
+        version = version_token(_first_line(out)) if rc == 0 else None
+        if not version:
+            # No daemon: the CLI still prints the client part (and exits 1).
+            _rc, out, _err = module.run_command([docker, "version", "--format", "{{.Client.Version}}"])
+            version = version_token(_first_line(out))
+        found["docker"] = version
+    elif module.get_bin_path("dockerd"):
+        _rc, out, _err = module.run_command([module.get_bin_path("dockerd"), "--version"])
+        found["docker"] = version_token(out)
+    for engine in ("containerd", "podman"):
+        path = module.get_bin_path(engine)
+        if path:
+            _rc, out, _err = module.run_command([path, "--version"])
+            found[engine] = version_token(out)
+    return found
+
+
+def spec_version_after(module, current, fresh_text, changed):
+    """cdiVersion of the spec at output after the run; in check mode, of the one it would write."""
+    if module.check_mode and changed:
+        try:
+            return read_spec(fresh_text)["cdi_version"]
+        except CdiSpecError:
+            return None
+    return (current or {}).get("cdi_version")
 
 
 def other_specs(output):
@@ -130,6 +219,7 @@ def main():
             backup=dict(type="bool", default=True),
             backup_dir=dict(type="path", default="/var/backups/gpuhost"),
             nvidia_ctk_path=dict(type="path"),
+            engine_compat=dict(type="str", default="auto", choices=["auto", "off"]),
         ),
         supports_check_mode=True,
     )
@@ -138,6 +228,10 @@ def main():
     if not ctk:
         module.fail_json(msg="toolkit: nvidia-ctk not found — install nvidia-container-toolkit (role nvidia_container_toolkit)")
     version = loaded_version(module)
+    _rc, out, _err = module.run_command([ctk, "--version"])
+    toolkit = version_token(out)
+    engines = engine_versions(module) if module.params["engine_compat"] == "auto" else {}
+    compat = engine_compat(toolkit, engines) if engines else {"feature_flags": [], "reasons": []}
 
     before_text = read_text(output)
     before, reasons = None, []
@@ -161,6 +255,8 @@ def main():
     fresh_path = os.path.join(stage_dir, os.path.basename(output))
     try:
         cmd = [ctk, "cdi", "generate", "--output=%s" % fresh_path]
+        for flag in compat["feature_flags"]:
+            cmd.append("--feature-flag=%s" % flag)
         rc, out, err = module.run_command(cmd)
         if rc != 0:
             module.fail_json(msg="cdi: `nvidia-ctk cdi generate` failed (rc %d): %s — the driver layer must work "
@@ -170,7 +266,9 @@ def main():
             reasons.append("a fresh generation differs from %s" % output)
         changed = bool(reasons)
         result = dict(changed=changed, loaded_driver_version=version, stale_reasons=reasons,
-                      spec_driver_versions=(before or {}).get("driver_versions", []))
+                      spec_driver_versions=(before or {}).get("driver_versions", []), toolkit_version=toolkit,
+                      feature_flags=compat["feature_flags"], engine_compat_reasons=compat["reasons"],
+                      engines=dict((e, {"version": v, "reads": engine_reads(e, v)}) for e, v in engines.items()))
         if module._diff:
             result["diff"] = dict(before=before_text or "", after=fresh_text if changed else (before_text or ""),
                                   before_header=output, after_header=output)
@@ -194,6 +292,13 @@ def main():
     elif module.check_mode:
         specs[output] = read_spec(fresh_text)
     result["shadowed_by"] = shadowing(specs, output)
+    result["spec_version"] = spec_version_after(module, specs.get(output), fresh_text, result["changed"])
+    result["too_new_for"] = []
+    for engine, engine_version, reads in too_new_for(result["spec_version"], engines):
+        message = too_new_message(engine, engine_version, reads, result["spec_version"], output)
+        result["too_new_for"].append(message)
+        module.warn("%s — upgrade %s, or generate the spec with --feature-flag %s (engine_compat: auto does "
+                    "where the toolkit has that flag)" % (message, engine, FEATURE_NO_ADDITIONAL_GIDS))
     module.exit_json(**result)
 
 
