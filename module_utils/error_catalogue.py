@@ -183,12 +183,20 @@ ENTRIES = (
        "the toolkit runs in CDI mode (config.toml mode = \"cdi\") and refuses docker's --gpus hook path",
        "use `--runtime=nvidia --device nvidia.com/gpu=all`, or set the toolkit's mode back to auto/legacy in "
        "/etc/nvidia-container-runtime/config.toml", REPAIR_TOOLKIT, gate=("runtime hook",)),
-    _e("cdi_spec_too_new", "cdi", r'unknown field "additionalGids"|failed to unmarshal CDI Spec',
-       "the engine cannot read the CDI spec: toolkit >= 1.19 writes spec 0.7.0 (additionalGids), which needs "
-       "docker >= 26.1, containerd >= 1.7.16, podman >= 5.1",
+    # An engine whose CDI library is older than the spec: the library decodes strictly, so an nvidia spec
+    # 0.7.0 fails on its new field first (corpus errors/007, NVIDIA/nvidia-container-toolkit#1860, #1865);
+    # a spec whose version the library does not know otherwise fails with `invalid CDI Spec: invalid
+    # version "0.7.0"` (container-device-interface pkg/cdi/spec.go, v0.6.2 … v1.1.0). Sources:
+    # tests/fixtures/cdi_versions/README.md.
+    _e("cdi_spec_too_new", "cdi", r'unknown field "additionalGids"|invalid CDI Spec: invalid version "[^"]*"',
+       "spec version too new for the engine: its CDI library cannot read the spec (toolkit >= 1.19.1 writes "
+       "cdiVersion 0.7.0 with additionalGids where a GPU device node is group-owned; docker < 26.1, "
+       "containerd < 1.7.16 and podman < 5.1 read at most 0.6.0), so its devices stay unresolvable",
        "regenerate it for the older engine: `nvidia-ctk cdi generate --feature-flag "
-       "no-additional-gids-for-device-nodes --output=/etc/cdi/nvidia.yaml`, or upgrade the engine", REPAIR_CDI,
-       gate=("cdi spec", "additionalgids")),
+       "no-additional-gids-for-device-nodes --output=/etc/cdi/nvidia.yaml` (and the same flag in "
+       "NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS of /etc/nvidia-container-toolkit/nvidia-cdi-refresh.env), or "
+       "upgrade the engine", "site.yml --tags cdi (nvidia_cdi_engine_compat: auto does both)",
+       gate=("additionalgids", "invalid version")),
     _e("cdi_unresolvable", "cdi",
        r"unresolvable CDI devices|CDI device injection failed|failed to inject CDI devices|invalid device|"
        r"not a device node",

@@ -32,7 +32,8 @@ try:
     from ansible.module_utils.host_parse import HostParseError, parse_proc_version
     from ansible.module_utils.nvsmi_parse import ParseError, classify_error, clean_text, parse_list
     from ansible.module_utils.cdi_spec import (
-        CDI_DIRS, CdiSpecError, parse_cdi_list, read_spec, shadowing, staleness)
+        CDI_DIRS, FEATURE_NO_ADDITIONAL_GIDS, CdiSpecError, engine_first_reading, engine_reads, parse_cdi_list,
+        read_spec, shadowing, staleness, too_new_for, too_new_message)
     from ansible.module_utils.daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
     from ansible.module_utils.secure_boot import module_signature_events
     from ansible.module_utils.containerd_config import runtime_binaries
@@ -42,7 +43,8 @@ except ImportError:  # unit tests put module_utils/ on sys.path
     from gpu_facts import build_facts, capture as capture_gpu
     from host_parse import HostParseError, parse_proc_version
     from nvsmi_parse import ParseError, classify_error, clean_text, parse_list
-    from cdi_spec import CDI_DIRS, CdiSpecError, parse_cdi_list, read_spec, shadowing, staleness
+    from cdi_spec import (CDI_DIRS, FEATURE_NO_ADDITIONAL_GIDS, CdiSpecError, engine_first_reading, engine_reads,
+                          parse_cdi_list, read_spec, shadowing, staleness, too_new_for, too_new_message)
     from daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
     from secure_boot import module_signature_events
     from containerd_config import runtime_binaries
@@ -939,6 +941,62 @@ def check_cdi_spec(spec_texts, loaded_version, gpu_count=None, managed=DEFAULT_C
                   ev=ev, data=data)
 
 
+def check_cdi_spec_version(spec_texts, engine_versions, managed=DEFAULT_CDI_SPEC):
+    """Every CDI spec's cdiVersion against what the installed engines read (cdi_spec.engine_reads).
+
+    spec_texts: {path: text} as for check_cdi_spec; engine_versions: {engine: version} of the engines
+    whose version is known ("docker": "26.1.5+dfsg1"). A spec above what an engine reads is a failure
+    "spec version too new for <engine> <version>": the engine's CDI library refuses it (for nvidia
+    specs with `json: unknown field "additionalGids"`), and its containers get no CDI device.
+    """
+    versions, lines = {}, []
+    for path in sorted(spec_texts):
+        try:
+            versions[path] = read_spec(spec_texts[path])["cdi_version"]
+        except CdiSpecError:
+            continue
+        lines.append("%s: cdiVersion %s" % (path, versions[path]))
+    engines = dict((e, v) for e, v in (engine_versions or {}).items() if v)
+    for engine in sorted(engines):
+        reads = engine_reads(engine, engines[engine])
+        lines.append("%s %s: reads CDI specs up to %s" % (engine, engines[engine], reads or "none (no CDI support)"))
+    ev = evidence("read cdiVersion of each spec in %s; the engine's version" % " ".join(d + "/" for d in CDI_DIRS),
+                  lines)
+    data = {"spec_versions": versions, "engines": dict((e, {"version": v, "reads": engine_reads(e, v)})
+                                                       for e, v in engines.items()), "too_new": []}
+    if not versions:
+        return result("cdi_spec_version", "cdi", "skipped", "no CDI spec to read (cdi_spec check)", ev=ev, data=data)
+    if not any(engine_reads(e, v) for e, v in engines.items()):
+        return result("cdi_spec_version", "cdi", "skipped", "no engine whose CDI spec versions are known (%s)"
+                      % (", ".join("%s %s" % (e, v) for e, v in sorted(engines.items())) or "no engine version"),
+                      ev=ev, data=data)
+    order = sorted(versions, key=lambda p: (p != managed, p))
+    found = [(path, hit) for path in order for hit in too_new_for(versions[path], engines)]
+    data["too_new"] = [too_new_message(e, v, r, versions[path], path) for path, (e, v, r) in found]
+    if found:
+        path, (engine, version, _reads) = found[0]
+        first = engine_first_reading(engine, versions[path])
+        more = " (and %d more)" % (len(found) - 1) if len(found) > 1 else ""
+        return result("cdi_spec_version", "cdi", "fail", data["too_new"][0] + more,
+                      remedy="regenerate it for %s %s: `nvidia-ctk cdi generate --feature-flag %s --output=%s` "
+                             "(role nvidia_cdi does with nvidia_cdi_engine_compat: auto; site.yml --tags cdi)%s"
+                             % (engine, version, FEATURE_NO_ADDITIONAL_GIDS, path,
+                                ", or upgrade %s to %s or later" % (engine, first) if first else ""),
+                      ev=ev, data=data)
+    return result("cdi_spec_version", "cdi", "ok", "%s cdiVersion %s, readable by %s"
+                  % (order[0], versions[order[0]], ", ".join("%s %s" % (e, v) for e, v in sorted(engines.items())
+                                                             if engine_reads(e, v))), ev=ev, data=data)
+
+
+def spec_version_decides(cdi_spec, spec_version):
+    """A spec that is fresh and not shadowed but too new for the engine fails the cdi_spec check with the
+    version finding (one check, so the report keeps its checks); otherwise cdi_spec stands."""
+    if cdi_spec["status"] != "ok" or spec_version["status"] != "fail":
+        return cdi_spec
+    return dict(cdi_spec, status="fail", summary=spec_version["summary"], remedy=spec_version["remedy"],
+                evidence=spec_version["evidence"], data=dict(cdi_spec["data"], **spec_version["data"]))
+
+
 def check_cdi_list(cap, ctk_path):
     """`nvidia-ctk cdi list` resolves nvidia.com/gpu devices (it reads /etc/cdi and /var/run/cdi)."""
     if not ctk_path:
@@ -1455,8 +1513,11 @@ def evaluate(captures, options=None):
         toolkit_check,
         runtime_check,
         dev_char_check,
-        guarded("cdi_spec", "cdi", check_cdi_spec, captures.get("cdi_specs") or {}, facts.get("driver_version_kernel"),
-                facts.get("gpu_count"), opts["cdi_spec_path"]),
+        spec_version_decides(
+            guarded("cdi_spec", "cdi", check_cdi_spec, captures.get("cdi_specs") or {},
+                    facts.get("driver_version_kernel"), facts.get("gpu_count"), opts["cdi_spec_path"]),
+            guarded("cdi_spec_version", "cdi", check_cdi_spec_version, captures.get("cdi_specs") or {},
+                    {engine: docker_check["data"].get("version")}, opts["cdi_spec_path"])),
         cdi_list_check,
         container_gpus,
         container_cdi,
