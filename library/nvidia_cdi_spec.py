@@ -118,6 +118,13 @@ feature_flags:
   type: list
   elements: str
   sample: [no-additional-gids-for-device-nodes]
+refresh_feature_flags:
+  description: The feature flags C(nvidia-cdi-refresh) should generate with (C(NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS)),
+    chosen from the engines alone, so that a toolkit upgrade that regenerates the spec before the next run
+    still writes one they read. Toolkit 1.18 ignores a flag name it does not know.
+  returned: success
+  type: list
+  elements: str
 engine_compat_reasons:
   description: Why the feature flags were chosen, naming each engine and version.
   returned: success
@@ -231,7 +238,8 @@ def main():
     _rc, out, _err = module.run_command([ctk, "--version"])
     toolkit = version_token(out)
     engines = engine_versions(module) if module.params["engine_compat"] == "auto" else {}
-    compat = engine_compat(toolkit, engines) if engines else {"feature_flags": [], "reasons": []}
+    compat = engine_compat(toolkit, engines) if engines else {"feature_flags": [], "reasons": [],
+                                                              "refresh_feature_flags": []}
 
     before_text = read_text(output)
     before, reasons = None, []
@@ -268,6 +276,7 @@ def main():
         result = dict(changed=changed, loaded_driver_version=version, stale_reasons=reasons,
                       spec_driver_versions=(before or {}).get("driver_versions", []), toolkit_version=toolkit,
                       feature_flags=compat["feature_flags"], engine_compat_reasons=compat["reasons"],
+                      refresh_feature_flags=compat["refresh_feature_flags"],
                       engines=dict((e, {"version": v, "reads": engine_reads(e, v)}) for e, v in engines.items()))
         if module._diff:
             result["diff"] = dict(before=before_text or "", after=fresh_text if changed else (before_text or ""),

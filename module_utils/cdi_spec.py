@@ -284,11 +284,15 @@ def engine_compat(toolkit_version, engines):
     toolkit_version: what `nvidia-ctk --version` says; engines: {engine: version or None} of the engines
     present. Returns {"feature_flags": [...], "spec_version": what the toolkit will write at most,
     "engines": {engine: {"version", "reads"}}, "reasons": [...], "unreadable_by": [messages for engines
-    that cannot read even that]}. The flag is chosen only where it helps: a toolkit that may write 0.7.0
-    and an engine that reads less.
+    that cannot read even that], "refresh_feature_flags": [...]}. The flag is passed only where it helps:
+    a toolkit that may write 0.7.0 and an engine that reads less. refresh_feature_flags is the flag
+    wherever an engine reads less than 0.7.0, whatever the toolkit installed now: nvidia-cdi-refresh
+    (1.18+) regenerates the spec as soon as a package upgrade brings 1.19.1, before anything else runs,
+    and 1.18 takes the variable and ignores a flag name it does not know (pkg/nvcdi WithFeatureFlags).
     """
     result = {"feature_flags": [], "spec_version": toolkit_spec_version(toolkit_version), "reasons": [],
               "unreadable_by": [],
+              "refresh_feature_flags": [FEATURE_NO_ADDITIONAL_GIDS] if too_new_for("0.7.0", engines) else [],
               "engines": dict((e, {"version": v, "reads": engine_reads(e, v)}) for e, v in (engines or {}).items())}
     if result["spec_version"] is None:
         result["reasons"].append("toolkit version %s: the spec version it writes is not known here"

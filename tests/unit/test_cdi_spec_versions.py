@@ -167,6 +167,15 @@ def test_toolkits_that_never_write_0_7_0_get_no_flag():
     for toolkit in ("1.17.8", "1.18.0", "1.19.0"):
         got = engine_compat(toolkit, {"podman": "4.9.3"})
         assert got["feature_flags"] == [] and got["spec_version"] == "0.5.0" and got["unreadable_by"] == []
+        # ... but nvidia-cdi-refresh gets it already: an upgrade to 1.19.1 regenerates through it at once
+        assert got["refresh_feature_flags"] == [FEATURE_NO_ADDITIONAL_GIDS]
+
+
+def test_refresh_flags_follow_the_engines_alone():
+    assert engine_compat("1.20.0", {"docker": "26.1.5+dfsg1"})["refresh_feature_flags"] == []
+    assert engine_compat("1.20.0", {"docker": "26.0.2"})["refresh_feature_flags"] == [FEATURE_NO_ADDITIONAL_GIDS]
+    assert engine_compat(None, {"containerd": "1.7.13"})["refresh_feature_flags"] == [FEATURE_NO_ADDITIONAL_GIDS]
+    assert engine_compat("1.18.0", {"docker": "20.10.24+dfsg1"})["refresh_feature_flags"] == []
 
 
 def test_an_engine_too_old_even_for_the_flag_is_reported():

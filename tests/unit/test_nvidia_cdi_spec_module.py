@@ -95,7 +95,7 @@ def test_old_podman_gets_the_feature_flag(host):
     assert res["engines"] == {"docker": {"version": "26.1.5+dfsg1", "reads": "0.7.0"},
                               "containerd": {"version": "1.7.27", "reads": "0.8.0"},
                               "podman": {"version": "4.9.3", "reads": "0.6.0"}}
-    assert res["feature_flags"] == [FLAG]
+    assert res["feature_flags"] == res["refresh_feature_flags"] == [FLAG]
     assert res["engine_compat_reasons"][0].startswith("spec version too new for podman 4.9.3")
     assert res["spec_version"] == "0.5.0" and res["too_new_for"] == []
     assert "additionalGids" not in spec_text(host) and "cdiVersion: 0.5.0" in spec_text(host)
@@ -105,11 +105,12 @@ def test_old_podman_gets_the_feature_flag(host):
 def test_engines_that_read_0_7_0_get_no_flag_and_off_reads_none(host):
     docker(host, "26.1.5+dfsg1")
     res = run_module(host)
-    assert res["feature_flags"] == [] and res["spec_version"] == "0.7.0"
+    assert res["feature_flags"] == res["refresh_feature_flags"] == [] and res["spec_version"] == "0.7.0"
     assert "additionalGids:" in spec_text(host)
     engine(host, "podman", "podman version 4.9.3")
     off = run_module(host, engine_compat="off")
     assert off["changed"] is False and off["engines"] == {} and off["feature_flags"] == []
+    assert off["refresh_feature_flags"] == []
     assert off["spec_version"] == "0.7.0" and off["too_new_for"] == []
 
 
@@ -138,6 +139,7 @@ def test_toolkit_1_17_is_never_given_the_flag(host):
     res = run_module(host, "1.17.8")
     assert not res.get("failed"), res
     assert res["feature_flags"] == [] and res["spec_version"] == "0.5.0" and res["too_new_for"] == []
+    assert res["refresh_feature_flags"] == [FLAG]
 
 
 def test_an_engine_too_old_for_any_spec_is_warned_about(host):
