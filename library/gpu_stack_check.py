@@ -20,7 +20,8 @@ description:
     C(docker) (the daemon answers C(docker info)); C(toolkit) (toolkit packages, C(nvidia-ctk),
     the runtime hook); C(runtime_config) (the nvidia runtime registered with the running docker);
     C(cdi) (the spec is present, a CDI spec, fresh for the loaded driver, not shadowed by
-    C(/var/run/cdi), C(nvidia-ctk cdi list) resolves C(nvidia.com/gpu=all)); C(container) (a C(--rm)
+    C(/var/run/cdi), its cdiVersion one the engine reads, else 'spec version too new for <engine> <version>',
+    C(nvidia-ctk cdi list) resolves C(nvidia.com/gpu=all)); C(container) (a C(--rm)
     container started with C(--gpus all), and with C(--device nvidia.com/gpu=all) where the engine
     supports CDI, lists the host's GPUs; NVIDIA's vectorAdd CUDA sample runs in a C(--gpus all) container;
     C(nvidia-smi -L) inside every running serving container, label C(gpuhost.layer=vllm), lists its GPUs - a

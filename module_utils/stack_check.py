@@ -16,7 +16,8 @@ Layers, bottom up (domain.md §1, §2: the diagnosis order nvidia-smi → docker
     docker          the docker daemon is up
     toolkit         NVIDIA Container Toolkit packages and nvidia-ctk
     runtime_config  the nvidia runtime registered with docker
-    cdi             the CDI spec: present, parseable, fresh, not shadowed, devices listed
+    cdi             the CDI spec: present, parseable, fresh, not shadowed, a version the engine reads,
+                    devices listed
     container       image/container: a container sees the GPUs (--gpus, and CDI where supported)
     health          zombie GPU memory, throttling, Xid errors
 """
