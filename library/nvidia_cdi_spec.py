@@ -131,8 +131,8 @@ engine_compat_reasons:
   type: list
   elements: str
 too_new_for:
-  description: For each installed engine that cannot read the spec at O(output) after the run,
-    C(spec version too new for <engine> <version>: ...).
+  description: "For each installed engine that cannot read the spec at O(output) after the run,
+    C(spec version too new for <engine> <version>: ...)."
   returned: success
   type: list
   elements: str

@@ -150,3 +150,21 @@ def test_an_engine_too_old_for_any_spec_is_warned_about(host):
                % (host / "etc-cdi" / "nvidia.yaml"))
     assert res["too_new_for"] == [message]
     assert any(w.startswith(message) for w in res["warnings"])
+
+
+def module_docs():
+    import yaml
+    with open(os.path.join(ROOT, "library", "nvidia_cdi_spec.py"), encoding="utf-8") as handle:
+        src = handle.read()
+    return dict((name, yaml.safe_load(src.split('%s = r"""' % name)[1].split('"""')[0]))
+                for name in ("DOCUMENTATION", "EXAMPLES", "RETURN"))
+
+
+def test_documentation_names_the_option_and_every_return_key(host):
+    docs = module_docs()
+    option = docs["DOCUMENTATION"]["options"]["engine_compat"]
+    assert option["choices"] == ["auto", "off"] and option["default"] == "auto"
+    engine(host, "podman", "podman version 4.9.3")
+    res = run_module(host)
+    standard = {"changed", "warnings", "diff", "backup_file", "invocation", "failed", "msg", "deprecations"}
+    assert set(res) - standard <= set(docs["RETURN"]), set(res) - standard - set(docs["RETURN"])
