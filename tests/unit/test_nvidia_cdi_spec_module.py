@@ -166,5 +166,6 @@ def test_documentation_names_the_option_and_every_return_key(host):
     assert option["choices"] == ["auto", "off"] and option["default"] == "auto"
     engine(host, "podman", "podman version 4.9.3")
     res = run_module(host)
-    standard = {"changed", "warnings", "diff", "backup_file", "invocation", "failed", "msg", "deprecations"}
+    standard = {"changed", "warnings", "diff", "backup_file", "invocation", "failed", "msg", "deprecations",
+                "action", "_ansible_no_log"}
     assert set(res) - standard <= set(docs["RETURN"]), set(res) - standard - set(docs["RETURN"])
