@@ -14,8 +14,11 @@ LAYERS = ("driver", "persistence", "docker", "toolkit", "runtime_config", "cdi",
 AUTO, REBOOT, MANUAL = "auto", "reboot", "manual"
 
 
-def finding(code, message, repair):
-    return {"code": code, "message": message, "repair": repair}
+def finding(code, message, repair, container=None):
+    out = {"code": code, "message": message, "repair": repair}
+    if container is not None:
+        out["container"] = container
+    return out
 
 
 def _stack_layer(stack, layer):
@@ -110,8 +113,28 @@ def runtime_findings(record, stack):
     return []
 
 
-def serving_findings(record, serving):
+def container_findings(stack):
+    """A fresh GPU container that fails (--gpus, CDI, the CUDA probe); a running serving container that
+    lost its GPUs is the serving layer's."""
+    if _stack_layer(stack, "container").get("status") != "fail":
+        return []
+    failed = [c for c in stack.get("checks") or [] if c.get("layer") == "container" and c.get("status") == "fail"]
+    fresh = [c for c in failed if c.get("name") != "serving_gpus"]
+    if failed and not fresh:
+        return []
+    summary = fresh[0].get("summary") if fresh else _stack_layer(stack, "container").get("summary")
+    return [finding("gpus_broken", "containers: %s" % (summary or "failed"), AUTO)]
+
+
+def serving_findings(record, serving, stack=None):
     out = []
+    # Running, but its NVML lost the GPU devices (a systemd reload without /dev/char links): the toolkit
+    # role makes the links, then the container is started again.
+    lost = _stack_check(stack or {}, "serving_gpus")
+    if lost.get("status") == "fail":
+        for name in (lost.get("data") or {}).get("lost") or []:
+            out.append(finding("serving_lost_gpus", "serving container %s lost its GPU devices (%s)"
+                               % (name, lost["data"].get("cause") or "a systemd reload"), AUTO, container=name))
     for inst in (record.get("vllm") or {}).get("instances") or []:
         name = inst.get("name") if isinstance(inst, dict) else inst
         live = (serving or {}).get(name) or {}
@@ -133,8 +156,8 @@ def compare(record, stack, dpkg, serving=None, allow_reboot=False):
         "toolkit": _layer_failed(stack, "toolkit", "toolkit_missing", AUTO, "toolkit"),
         "runtime_config": runtime_findings(record, stack),
         "cdi": cdi_findings(record, stack),
-        "container": _layer_failed(stack, "container", "gpus_broken", AUTO, "containers"),
-        "serving": serving_findings(record, serving),
+        "container": container_findings(stack),
+        "serving": serving_findings(record, serving, stack),
     }
     result = {}
     for layer in LAYERS:

@@ -771,6 +771,7 @@ def check_serving_gpus(listing, execs, dev_char_check=None):
         links_absent = bool(dev_char_check and dev_char_check.get("data", {}).get("missing"))
         cause = ("systemd reload without /dev/char links" if links_absent or dev_char_check is None else
                  "a systemd reload, or another cgroup update, took its devices; the /dev/char links are there now")
+        data["cause"] = cause
         return result("serving_gpus", "container", "fail",
                       "container %s lost its GPU devices (%s): nvidia-smi inside says %s" % (names, cause, lost[0][1]),
                       remedy="recreate %s (`docker restart %s`, or site.yml --tags vllm); create the links so that the "

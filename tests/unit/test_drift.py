@@ -87,3 +87,25 @@ def test_missing_runtime_entry_wins_over_the_recorded_driver():
     record = dict(RECORD, runtime={"driver_version": "580.95.05"})
     found = compare(record, stack(loaded="580.105.08", failing=("runtime_config",)), HELD)["layers"]["runtime_config"]["findings"]
     assert len(found) == 1 and "runtime_config broke" in found[0]["message"]
+
+
+def test_a_serving_container_that_lost_its_gpus_is_its_own_repairable_finding():
+    """gpu_stack_check's serving_gpus verdict (a systemd reload without /dev/char links): the serving layer
+    names each container, for the repair to restart it once the toolkit role made the links; the fresh
+    containers worked, so the container layer has no drift of its own."""
+    live = stack(failing=("container",))
+    live["checks"].append({"name": "serving_gpus", "layer": "container", "status": "fail",
+                           "summary": "container vllm-a lost its GPU devices (systemd reload without /dev/char "
+                                      "links): nvidia-smi inside says Failed to initialize NVML: Unknown Error",
+                           "data": {"ok": [], "lost": ["vllm-a"], "failed": [],
+                                    "cause": "systemd reload without /dev/char links"}})
+    out = compare(RECORD, live, HELD, {"vllm-a": {"running": True}})
+    assert out["layers"]["container"]["state"] == "ok"
+    found = out["layers"]["serving"]["findings"]
+    assert found == [{"code": "serving_lost_gpus", "repair": AUTO, "container": "vllm-a",
+                      "message": "serving container vllm-a lost its GPU devices (systemd reload without /dev/char "
+                                 "links)"}]
+    live["checks"].append({"name": "container_gpus", "layer": "container", "status": "fail",
+                           "summary": "--gpus all: the container failed"})
+    assert compare(RECORD, live, HELD, {"vllm-a": {"running": True}})["layers"]["container"]["findings"][0][
+        "message"] == "containers: --gpus all: the container failed"

@@ -917,7 +917,8 @@ def test_a_serving_container_that_lost_its_gpus_is_named_with_the_fix():
     assert serving["summary"].startswith("container qwen3-32b lost its GPU devices (systemd reload without "
                                          "/dev/char links): nvidia-smi inside says Failed to initialize NVML")
     assert "docker restart qwen3-32b" in serving["remedy"] and "--tags toolkit" in serving["remedy"]
-    assert serving["data"] == {"ok": ["qwen25-3b"], "lost": ["qwen3-32b"], "failed": []}
+    assert serving["data"] == {"ok": ["qwen25-3b"], "lost": ["qwen3-32b"], "failed": [],
+                               "cause": "systemd reload without /dev/char links"}
     assert ["/usr/bin/docker", "exec", "qwen3-32b", "nvidia-smi", "-L"] in io.ran
     # With the links there now, the cause is said as it is: they were not there at the reload.
     out = sc.evaluate(sc.capture(linked(io), PROBE_OPTS), PROBE_OPTS)
