@@ -716,13 +716,16 @@ REMEDY_DEV_CHAR = ("site.yml --tags toolkit (the links and NVIDIA's udev rule th
                    "or `nvidia-ctk system create-dev-char-symlinks --create-all`")
 
 
+def _char_numbers(nodes):
+    """{path: (major, minor)} of the character devices among captured nodes ({path: {kind, major, minor}})."""
+    return dict((path, (n["major"], n["minor"])) for path, n in (nodes or {}).items() if n and n.get("kind") == "char")
+
+
 def check_dev_char(nodes, links):
     """Every NVIDIA device node has its /dev/char/MAJOR:MINOR link: without it a systemd daemon-reload takes
     the node from running containers whose cgroup systemd manages. nodes: {path: {kind, major, minor}};
     links: {link path: readlink text / None / False}."""
-    chars = dict((path, (n["major"], n["minor"])) for path, n in (nodes or {}).items()
-                 if n and n.get("kind") == "char")
-    wanted = dev_char_links(chars)
+    wanted = dev_char_links(_char_numbers(nodes))
     command = "ls -l /dev/char"
     if not wanted:
         return result("dev_char", "runtime_config", "ok", "no NVIDIA device node to link", ev=evidence(command))
@@ -756,9 +759,10 @@ def check_serving_gpus(listing, execs, dev_char_check=None):
     for name in sorted(execs):
         cap = execs[name]
         out_lines = _lines(_out(cap))
-        if cap.get("rc") == 0 and _container_uuids(cap.get("stdout")):
+        seen = _container_uuids(cap.get("stdout")) if cap.get("rc") == 0 else []
+        if seen:
             fine.append(name)
-            lines.append("%s: %d GPU(s)" % (name, len(_container_uuids(cap.get("stdout")))))
+            lines.append("%s: %d GPU(s)" % (name, len(seen)))
             continue
         said = [l.strip() for l in out_lines if catalogue.matches(_LOST_DEVICES, l)]
         line = said[0] if said else (out_lines[-1].strip() if out_lines else "exit %s" % cap.get("rc"))
@@ -1637,8 +1641,7 @@ def capture(io, options=None):
     readlink = getattr(io, "readlink", None)
     caps["dev_char_links"] = dict(
         (link, readlink(link) if readlink else None)
-        for link in dev_char_links(dict((p, (n["major"], n["minor"])) for p, n in caps["nodes"].items()
-                                        if n.get("kind") == "char")))
+        for link in dev_char_links(_char_numbers(caps["nodes"])))
     caps["proc_devices"] = io.read("/proc/devices")
     systemctl = io.which("systemctl")
     if systemctl:
