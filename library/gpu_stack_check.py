@@ -196,7 +196,7 @@ checks:
       C(evidence) (C(command), C(rc), C(lines)) and C(data).
     - "Names: hardware, pci, kernel_module, module_signature, device_nodes, nvml, persistence, docker (containerd on a
       containerd engine), toolkit, runtime, dev_char, cdi_spec,
-      cdi_list, container_gpus, container_cdi, container_cuda, serving_gpus, zombies, throttle,
+      cdi_list, container_gpus, gpus_path, container_cdi, container_cuda, serving_gpus, zombies, throttle,
       xid."
   returned: always
   type: list
@@ -259,6 +259,17 @@ cdi_devices:
   returned: always
   type: list
   elements: str
+gpus_path:
+  description:
+    - Which way docker's C(--gpus) reached the GPUs - C(path) (C(legacy), the nvidia-container-runtime-hook;
+      C(cdi), docker 29.2+ with nvidia-cdi-hook, or the nvidia runtime in cdi/jit-cdi mode; C(unknown)),
+      C(reason) (what decided it) and C(predicted) (what docker info and PATH predict; it differs after a
+      fallback from CDI to the hook).
+    - Read from the C(--gpus all) check container's process environment (NVIDIA_VISIBLE_DEVICES=void on the
+      CDI path), else a failed run's error text; null when docker does not run or the engine is containerd.
+  returned: always
+  type: dict
+  sample: {path: legacy, predicted: legacy, reason: "NVIDIA_VISIBLE_DEVICES=all: ..."}
 xids:
   description: Xid codes seen since boot, each with C(code), C(count), C(gpus), C(description), C(cause), C(action).
   returned: always

@@ -39,6 +39,7 @@ try:
     from ansible.module_utils.secure_boot import module_signature_events
     from ansible.module_utils.containerd_config import runtime_binaries
     from ansible.module_utils.dev_char import missing as dev_char_missing, wanted_links as dev_char_links
+    from ansible.module_utils import gpus_path as gpus_path_mod
 except ImportError:  # unit tests put module_utils/ on sys.path
     import error_catalogue as catalogue
     from gpu_facts import build_facts, capture as capture_gpu
@@ -50,6 +51,7 @@ except ImportError:  # unit tests put module_utils/ on sys.path
     from secure_boot import module_signature_events
     from containerd_config import runtime_binaries
     from dev_char import missing as dev_char_missing, wanted_links as dev_char_links
+    import gpus_path as gpus_path_mod
 
 LAYERS = ("hardware", "driver", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "health")
 LAYER_TITLES = {
@@ -789,6 +791,53 @@ def check_serving_gpus(listing, execs, dev_char_check=None):
                   ev=ev, data=data)
 
 
+
+def check_gpus_path(info_cap, cdi_hook_path, runtime_hook_path, env_cap=None, gpus_cap=None, cdi_spec_check=None):
+    """Which way `--gpus` reached the GPUs: docker's legacy hook or CDI (module_utils/gpus_path). Docker 29.2+
+    tries CDI first where nvidia-cdi-hook is installed, so a stale spec then breaks --gpus too, and a spec
+    that does not resolve sends it back to the hook. env_cap: `docker run --gpus all --entrypoint env`
+    (the process environment, where the path shows); gpus_cap: the --gpus container check's run."""
+    command = ("docker info; command -v %s %s; docker run --rm --gpus all --entrypoint env IMAGE"
+               % (gpus_path_mod.CDI_HOOK, gpus_path_mod.RUNTIME_HOOK))
+    info, _error = parse_docker_info(info_cap)
+    if info is None:
+        return result("gpus_path", "container", "skipped", "docker is not running (docker layer)", ev=evidence(command))
+    env = _lines(env_cap.get("stdout")) if env_cap and env_cap.get("rc") == 0 else None
+    failed_text = _out(gpus_cap) if gpus_cap and gpus_cap.get("rc") not in (0, None) else None
+    hooks = dict(cdi_hook_on_path=bool(cdi_hook_path), runtime_hook_on_path=bool(runtime_hook_path))
+    found = gpus_path_mod.gpus_path(info, env=env, error_text=failed_text, **hooks)
+    predicted = gpus_path_mod.predict(info, **hooks)
+    visible = gpus_path_mod.visible_devices(env)
+    lines = ["docker %s, CDI spec dirs: %s" % (info.get("ServerVersion"), ", ".join(info.get("CDISpecDirs") or [])
+                                               or "none (CDI off)"),
+             "%s: %s" % (gpus_path_mod.CDI_HOOK, cdi_hook_path or "not on PATH"),
+             "%s: %s" % (gpus_path_mod.RUNTIME_HOOK, runtime_hook_path or "not on PATH")]
+    if env is not None:
+        lines.append("in the container: %s=%s" % (gpus_path_mod.VISIBLE, visible if visible is not None else "(unset)"))
+    elif failed_text:
+        lines += _lines(failed_text)[-2:]
+    data = {"path": found["path"], "reason": found["reason"], "predicted": predicted["path"],
+            "engine_version": info.get("ServerVersion"), "cdi_hook": cdi_hook_path, "runtime_hook": runtime_hook_path,
+            "visible_devices": visible}
+    ev = evidence(_cmd(env_cap) if env is not None else command, lines)
+    line = gpus_path_mod.report_line(found)
+    if env is not None and found["path"] == "legacy" and predicted["path"] == "cdi":
+        return result("gpus_path", "container", "warn", "docker %s fell back from CDI to the hook for --gpus: %s"
+                      % (info.get("ServerVersion"), found["reason"]),
+                      remedy="make the spec resolve: `nvidia-ctk cdi list` must list nvidia.com/gpu=all (role nvidia_cdi, "
+                             "site.yml --tags cdi); `journalctl -u docker` says why the injection failed",
+                      ev=ev, data=data)
+    if found["path"] == "cdi" and cdi_spec_check and cdi_spec_check.get("status") == "fail":
+        return result("gpus_path", "container", "warn", "--gpus goes through CDI, so the CDI spec's fault breaks --gpus "
+                      "containers too (%s)" % cdi_spec_check.get("summary"), remedy=cdi_spec_check.get("remedy"),
+                      ev=ev, data=data)
+    if found["path"] == "unknown" and (failed_text or (gpus_cap is None and predicted["path"] == "unknown")):
+        return result("gpus_path", "container", "warn", line,
+                      remedy="install the NVIDIA Container Toolkit (site.yml --tags toolkit) and restart docker: "
+                             "dockerd looks for %s and %s on its PATH when it starts"
+                             % (gpus_path_mod.CDI_HOOK, gpus_path_mod.RUNTIME_HOOK), ev=ev, data=data)
+    return result("gpus_path", "container", "ok", line, ev=ev, data=data)
+
 # ---------------------------------------------------------------------------------------------
 # containerd (a Kubernetes node's engine)
 
@@ -1483,6 +1532,20 @@ def evaluate(captures, options=None):
     else:
         cuda_probe = guarded("container_cuda", "container", check_cuda_probe, captures.get("container_cuda"),
                              probe_image, opts["cuda_probe_command"], engine=engine)
+    cdi_spec_check = spec_version_decides(
+        guarded("cdi_spec", "cdi", check_cdi_spec, captures.get("cdi_specs") or {},
+                facts.get("driver_version_kernel"), facts.get("gpu_count"), opts["cdi_spec_path"]),
+        guarded("cdi_spec_version", "cdi", check_cdi_spec_version, captures.get("cdi_specs") or {},
+                {engine: docker_check["data"].get("version")}, opts["cdi_spec_path"]))
+    if engine == "docker" and docker_check["status"] == "ok":
+        gpus_path_check = guarded("gpus_path", "container", check_gpus_path, captures.get("docker_info"),
+                                  captures.get("cdi_hook_path"), captures.get("hook_path"),
+                                  captures.get("container_env"), captures.get("container_gpus"), cdi_spec_check)
+    else:
+        gpus_path_check = result("gpus_path", "container", "skipped", "%s is not running" % engine
+                                 if docker_check["status"] != "ok" else "`ctr run` goes through the nvidia runtime, "
+                                 "not docker's --gpus", ev=evidence("docker info; docker run --rm --gpus all "
+                                                                    "--entrypoint env IMAGE"))
     dev_char_check = guarded("dev_char", "runtime_config", check_dev_char, captures.get("nodes"),
                              captures.get("dev_char_links"))
     if engine == "docker" and docker_check["status"] == "ok":
@@ -1519,13 +1582,10 @@ def evaluate(captures, options=None):
         toolkit_check,
         runtime_check,
         dev_char_check,
-        spec_version_decides(
-            guarded("cdi_spec", "cdi", check_cdi_spec, captures.get("cdi_specs") or {},
-                    facts.get("driver_version_kernel"), facts.get("gpu_count"), opts["cdi_spec_path"]),
-            guarded("cdi_spec_version", "cdi", check_cdi_spec_version, captures.get("cdi_specs") or {},
-                    {engine: docker_check["data"].get("version")}, opts["cdi_spec_path"])),
+        cdi_spec_check,
         cdi_list_check,
         container_gpus,
+        gpus_path_check,
         container_cdi,
         cuda_probe,
         serving_check,
@@ -1545,6 +1605,8 @@ def evaluate(captures, options=None):
         "docker_version": docker_check["data"].get("version") if engine == "docker" else None,
         "toolkit_version": toolkit_check["data"].get("nvidia_ctk_version"),
         "cdi_devices": cdi_list_check["data"].get("devices", []),
+        "gpus_path": dict((k, gpus_path_check["data"].get(k)) for k in ("path", "reason", "predicted"))
+        if gpus_path_check["status"] != "skipped" else None,
         "xids": xid_check["data"].get("xids", []),
     })
     return out
@@ -1681,6 +1743,9 @@ def capture(io, options=None):
         # --pull never: a missing image is reported, never fetched (Docker 20.10+).
         base = [docker, "run", "--rm", "--pull", "never", "--network", "none"]
         caps["container_gpus"] = _run(io, base + ["--gpus", "all", opts["check_image"], "nvidia-smi", "-L"])
+        if caps["container_gpus"].get("rc") == 0:
+            # The process environment shows which path --gpus took (NVIDIA_VISIBLE_DEVICES: void for CDI).
+            caps["container_env"] = _run(io, base + ["--gpus", "all", "--entrypoint", "env", opts["check_image"]])
         if opts["cuda_probe_image"] and caps["container_gpus"].get("rc") == 0:
             caps["container_cuda"] = _run(io, base + ["--gpus", "all", opts["cuda_probe_image"]]
                                           + list(opts["cuda_probe_command"]))
@@ -1713,6 +1778,7 @@ def _capture_toolkit(io, opts, caps):
     ctk = io.which("nvidia-ctk")
     caps["ctk_path"] = ctk
     caps["hook_path"] = io.which("nvidia-container-runtime-hook")
+    caps["cdi_hook_path"] = io.which("nvidia-cdi-hook")
     if ctk:
         caps["ctk_version"] = _run(io, [ctk, "--version"])
         caps["cdi_list"] = _run(io, [ctk, "cdi", "list"])

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import stack_check as sc
+import gpus_path as gp
 from conftest import FIXTURES, ROOT
 
 SMI = os.path.join(FIXTURES, "nvidia_smi")
@@ -579,7 +580,9 @@ def test_pipeline_on_a_healthy_fake_host():
     assert statuses["container_cuda"] == "ok"
     assert statuses["xid"] == "ok" and statuses["nvml"] == "ok"
     runs = [r for r in io.ran if r[:2] == ["/usr/bin/docker", "run"]]
-    assert len(runs) == 3 and all("--rm" in r and "never" in r for r in runs)
+    assert len(runs) == 4 and all("--rm" in r and "never" in r for r in runs)
+    assert ["/usr/bin/docker", "run", "--rm", "--pull", "never", "--network", "none", "--gpus", "all",
+            "--entrypoint", "env", "img"] in runs
     assert list(PROBE_RUN) + ["/cuda-samples/vectorAdd"] in runs
     assert ["/usr/bin/docker", "run", "--rm", "--pull", "never", "--network", "none", "--device",
             "nvidia.com/gpu=all", "img", "nvidia-smi", "-L"] in runs
@@ -628,7 +631,8 @@ def test_module_never_fails_a_broken_host(tmp_path):
     assert [c["name"] for c in res["checks"]] == ["hardware", "pci", "kernel_module", "module_signature", "device_nodes", "nvml",
                                                   "persistence",
                                                   "docker", "toolkit", "runtime", "dev_char", "cdi_spec", "cdi_list",
-                                                  "container_gpus", "container_cdi", "container_cuda", "serving_gpus",
+                                                  "container_gpus", "gpus_path", "container_cdi", "container_cuda",
+                                                  "serving_gpus",
                                                   "zombies", "throttle",
                                                       "xid"]
     assert res["message"].startswith(sc.LAYER_TITLES[res["failed_layer"]] + ": ")
@@ -645,7 +649,7 @@ def test_fail_on_required_fails_with_the_diagnosis(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     res = json.loads(proc.stdout)
     assert res["failed"] is True and res["msg"].startswith(sc.LAYER_TITLES[res["failed_layer"]])
-    assert len(res["checks"]) == 20
+    assert len(res["checks"]) == 21
 
 
 def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
@@ -655,7 +659,7 @@ def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
     out = sc.evaluate(sc.capture(healthy_host(), PROBE_OPTS), PROBE_OPTS)
     throttle = next(c for c in out["checks"] if c["name"] == "throttle")
     assert throttle["status"] == "warn" and "internal error" in throttle["summary"]
-    assert out["failed_layer"] is None and len(out["checks"]) == 20
+    assert out["failed_layer"] is None and len(out["checks"]) == 21
 
 
 # --- CUDA initialisation in a container (NVIDIA's vectorAdd sample; tests/fixtures/cuda_probe/) --------
@@ -726,7 +730,8 @@ def test_cuda_probe_off_and_after_a_failed_container_check():
     io = healthy_host()
     out = sc.evaluate(sc.capture(io, dict(PROBE_OPTS, cuda_probe_image="")), dict(PROBE_OPTS, cuda_probe_image=""))
     assert next(c for c in out["checks"] if c["name"] == "container_cuda")["status"] == "skipped"
-    assert len([r for r in io.ran if r[:2] == ["/usr/bin/docker", "run"]]) == 2
+    # --gpus, its environment (gpus_path), CDI: no probe.
+    assert len([r for r in io.ran if r[:2] == ["/usr/bin/docker", "run"]]) == 3
 
 
 def test_mig_mode_is_named_as_the_cause_of_a_busy_cuda():
@@ -932,3 +937,86 @@ def test_no_serving_container_is_fine():
     out = sc.evaluate(sc.capture(io, PROBE_OPTS), PROBE_OPTS)
     serving = next(c for c in out["checks"] if c["name"] == "serving_gpus")
     assert serving["status"] == "ok" and "no serving container running" in serving["summary"]
+
+
+GPUS_PATH = os.path.join(FIXTURES, "gpus_path")
+ENV_RUN = ("/usr/bin/docker", "run", "--rm", "--pull", "never", "--network", "none", "--gpus", "all", "--entrypoint")
+
+
+def gpus_path_host(info_fixture=None, env_fixture=None, cdi_hook=False):
+    """The healthy fake host with docker info from a real capture, the --gpus container's real environment,
+    and nvidia-cdi-hook on PATH or not."""
+    io = healthy_host()
+    if info_fixture:
+        info = gp.info_from_text(load(GPUS_PATH, info_fixture))
+        io.commands[("/usr/bin/docker", "info")] = (0, json.dumps(dict(DOCKER_INFO, **info)), "")
+    head = {}
+    if env_fixture:
+        head[ENV_RUN] = (0, load(GPUS_PATH, env_fixture), "")
+    if cdi_hook:
+        head[("/usr/bin/nvidia-cdi-hook",)] = (0, "", "")
+    io.commands = dict(list(head.items()) + list(io.commands.items()))
+    return io
+
+
+def gpus_path_check(io, opts=PROBE_OPTS):
+    out = sc.evaluate(sc.capture(io, opts), opts)
+    return out, next(c for c in out["checks"] if c["name"] == "gpus_path")
+
+
+def test_gpus_path_debian_docker_takes_the_hook():
+    """Debian's docker 26 with the toolkit's hook: the container says NVIDIA_VISIBLE_DEVICES=all (moby#52704)."""
+    out, check = gpus_path_check(gpus_path_host(env_fixture="env_gpus-all_runtime-hook_moby-52704.txt",
+                                                cdi_hook=True))
+    assert check["status"] == "ok" and check["layer"] == "container"
+    assert check["data"]["path"] == "legacy" and check["data"]["visible_devices"] == "all"
+    assert check["summary"].startswith("--gpus path: legacy (NVIDIA_VISIBLE_DEVICES=all")
+    assert "docker 26.1.5+dfsg1 serves --gpus only through nvidia-container-runtime-hook" in check["summary"]
+    assert out["gpus_path"]["path"] == "legacy" and out["gpus_path"]["predicted"] == "legacy"
+
+
+def test_gpus_path_docker_29_with_the_cdi_hook_is_cdi():
+    """Docker 29.4.2 (real docker info with nvidia.com/gpu devices) and nvidia-cdi-hook: CDI, and the
+    container's NVIDIA_VISIBLE_DEVICES=void agrees."""
+    out, check = gpus_path_check(gpus_path_host("docker-info_29.4.2_fedora44_cdi-devices.txt",
+                                                "env_gpus-all_cdi_moby-52704.txt", cdi_hook=True))
+    assert check["status"] == "ok", check
+    assert check["data"]["path"] == "cdi" and check["data"]["predicted"] == "cdi"
+    assert check["data"]["cdi_hook"] == "/usr/bin/nvidia-cdi-hook"
+    assert "in the container: NVIDIA_VISIBLE_DEVICES=void" in check["evidence"]["lines"]
+
+
+def test_gpus_path_fallback_from_cdi_to_the_hook_is_a_warning():
+    """Docker 29.4.2 predicts CDI, but the container got NVIDIA_VISIBLE_DEVICES=all: docker fell back."""
+    out, check = gpus_path_check(gpus_path_host("docker-info_29.4.2_fedora44_cdi-devices.txt",
+                                                "env_gpus-all_runtime-hook_moby-52704.txt", cdi_hook=True))
+    assert check["status"] == "warn" and "fell back from CDI to the hook" in check["summary"]
+    assert "nvidia-ctk cdi list" in check["remedy"]
+    assert out["failed_layer"] is None
+
+
+def test_gpus_path_through_cdi_inherits_a_stale_spec():
+    io = gpus_path_host("docker-info_29.4.2_fedora44_cdi-devices.txt", "env_gpus-all_cdi_moby-52704.txt",
+                        cdi_hook=True)
+    io.files["/etc/cdi/nvidia.yaml"] = spec_text().replace("999.88.77", "580.95.05")
+    out, check = gpus_path_check(io)
+    assert check["status"] == "warn" and "--gpus goes through CDI" in check["summary"]
+    assert "stale" in check["summary"] and "nvidia-ctk cdi generate" in check["remedy"]
+
+
+def test_gpus_path_of_a_failed_run_is_read_from_its_error():
+    """Docker 29.3's AMD driver answered --gpus (neither NVIDIA binary on PATH at start): the real text."""
+    io = gpus_path_host("docker-info_29.3.0_ubuntu22.04_default-runtime-nvidia_excerpt.txt")
+    error = load(GPUS_PATH, "run-error_gpus-all_docker29_amd-cdi-spec-not-found_wolf-386.txt")
+    io.commands[("/usr/bin/docker", "run")] = (125, "", error)
+    out, check = gpus_path_check(io)
+    assert not [r for r in io.ran if "--entrypoint" in r]
+    assert check["status"] == "warn" and check["data"]["path"] == "unknown"
+    assert "AMD" in check["summary"] and "restart docker" in check["remedy"]
+
+
+def test_gpus_path_skipped_without_docker():
+    io = healthy_host()
+    io.commands[("/usr/bin/docker", "info")] = (1, "", "Cannot connect to the Docker daemon")
+    out, check = gpus_path_check(io)
+    assert check["status"] == "skipped" and out["gpus_path"] is None
