@@ -194,7 +194,7 @@ checks:
   description:
     - Every check in order, each with C(name), C(layer), C(status), C(required), C(summary), C(remedy),
       C(evidence) (C(command), C(rc), C(lines)) and C(data).
-    - "Names: hardware, pci, kernel_module, module_signature, device_nodes, nvml, persistence, docker (containerd on a
+    - "Names: hardware, pci, kernel_module, module_signature, next_boot, device_nodes, nvml, persistence, docker (containerd on a
       containerd engine), toolkit, runtime, dev_char, cdi_spec,
       cdi_list, container_gpus, gpus_path, container_cdi, container_cuda, serving_gpus, zombies, throttle,
       xid."

@@ -54,18 +54,24 @@ def driver_findings(record, stack, dpkg, allow_reboot):
     out = []
     installed = sorted({p["version"].split("-")[0] for p in dpkg.values()
                         if p.get("status") == "installed" and p.get("version")})
+    # A kernel upgrade that left the next boot without a module: a reboot would come up without the driver, so
+    # a pending reboot is not repaired until the module is there (the driver role refuses it too).
+    boot = _stack_check(stack, "next_boot")
+    stranded = boot.get("status") == "warn" and bool((boot.get("data") or {}).get("next_boot"))
     if state == "version_mismatch" or (loaded and installed and loaded not in installed):
         newest = installed[-1] if installed else "?"
         out.append(finding("reboot_pending",
                            "driver %s is installed but %s is loaded (NVML: driver/library version mismatch) — "
                            "a reboot loads it" % (newest, loaded or "?"),
-                           REBOOT if allow_reboot else MANUAL))
+                           REBOOT if allow_reboot and not stranded else MANUAL))
     elif recorded and loaded and loaded != recorded:
         out.append(finding("driver_changed",
                            "driver %s is loaded, %s was converged — the runtime configuration and CDI spec "
                            "must follow (handler chain `gpuhost driver changed`)" % (loaded, recorded), AUTO))
     elif state in ("no_driver", "driver_not_loaded", "error"):
         out.append(finding("driver_broken", "driver layer: %s" % (stack.get("message") or state), MANUAL))
+    if stranded:
+        out.append(finding("kernel_stranded", "driver layer: %s" % boot.get("summary"), MANUAL))
     for name in rec.get("packages") or []:
         pkg = dpkg.get(name)
         if pkg is None or pkg.get("status") != "installed":

@@ -42,7 +42,7 @@ class HostIO(object):
     """Host access for capture(); the module passes one backed by AnsibleModule.
 
     run(argv) -> (rc, stdout, stderr); which(name) -> path or None; read(path) -> text or
-    None; listdir(path) -> list or None; exists(path) -> bool; stat(path) -> os.stat_result or None;
+    None; read_bytes(path) -> bytes or None; listdir(path) -> list or None; exists(path) -> bool; stat(path) -> os.stat_result or None;
     readlink(path) -> text, None (nothing there) or False (not a symlink).
     """
 
@@ -56,6 +56,14 @@ class HostIO(object):
         try:
             with open(path, "rb") as handle:
                 return handle.read().decode("utf-8", "replace")
+        except (IOError, OSError):
+            return None
+
+    def read_bytes(self, path):
+        """A file's bytes (EFI variables are binary), or None."""
+        try:
+            with open(path, "rb") as handle:
+                return handle.read()
         except (IOError, OSError):
             return None
 

@@ -254,7 +254,7 @@ def signed_package(name):
     return None
 
 
-def module_source(packages=None, modinfo=None, dpkg_s=None, kver=None):
+def module_source(packages=None, modinfo=None, dpkg_s=None, kver=None, module_file=None):
     """Which package provides the nvidia module -> {kind: 'signed-prebuilt'|'dkms'|None, package, filename,
     signer, evidence}.
 
@@ -375,13 +375,14 @@ def signed_module_kernels(packages):
 
 
 def stranded_kernels(installed, running_kver, dkms_status=None, packages=None, module_kind=None, branch=None,
-                     open_modules=False, server=True):
+                     open_modules=False, server=True, module_kernels=()):
     """The kernels the host could boot next that have no nvidia module: [{kver, newer, fix}] in version order.
 
     installed, running_kver: as kernels_not_booted(). dkms_status: `dkms status`; packages: `dpkg -l`.
     module_kind: how the running kernel gets its module (module_source()'s kind): a DKMS host needs a DKMS
-    build for each kernel, a signed-prebuilt host Canonical's linux-modules-nvidia-<branch>...-<kver>."""
-    served = set()
+    build for each kernel, a signed-prebuilt host Canonical's linux-modules-nvidia-<branch>...-<kver>.
+    module_kernels: kernels whose modules.dep lists an nvidia module (whatever put it there)."""
+    served = set(module_kernels or ())
     if module_kind in (None, DKMS):
         served |= dkms_installed_kernels(dkms_status)
     if module_kind in (None, SIGNED_PREBUILT):
@@ -486,3 +487,160 @@ def load_verdict(sb_state, module_kind, mok_enrolled=None, distribution=None, br
     out["reason"] = ("Secure Boot is on and which package provides the module is unknown (`modinfo nvidia`: "
                      "/updates/dkms/ is a DKMS build)")
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The host: what a reboot would boot, and what the facts module / stack check report.
+
+# modules.dep: "updates/dkms/nvidia-current.ko.xz: ..." (Debian), "kernel/nvidia-580srv/nvidia.ko: ..." (Ubuntu's
+# signed prebuilt), "kernel/drivers/video/nvidia.ko.zst: ..." (a distribution kernel's own).
+# depmod names a module only where its file is, as a line's own module or as another's dependency.
+_DEP_NVIDIA = re.compile(r"(?:^|\s)(?P<path>(?:\S*/)?(?:nvidia|nvidia-current)\.ko(?:\.(?:xz|zst|gz))?)(?::|\s|$)")
+_VMLINUZ = re.compile(r"^vmlinuz-(?P<kver>" + _KVER + r")$")
+
+
+def dep_module_path(dep_text):
+    """The nvidia module's path in a kernel's modules.dep (relative to /lib/modules/<kver>), or None."""
+    for line in _lines(dep_text):
+        match = _DEP_NVIDIA.search(line)
+        if match:
+            return match.group("path")
+    return None
+
+
+def boot_kernels(boot_names, running_kver=None):
+    """The kernels in /boot (vmlinuz-<kver>: what the boot loader can start) and the running one, in version
+    order."""
+    found = {m.group("kver") for m in (_VMLINUZ.match(str(n)) for n in boot_names or ()) if m}
+    if running_kver:
+        found.add(running_kver)
+    return sorted(found, key=lambda k: (kernel_key(k), k))
+
+
+def next_boot_kernel(installed):
+    """The kernel a reboot starts: the newest installed one (GRUB's default entry on Debian and Ubuntu sorts
+    the kernels by version, newest first)."""
+    kernels = sorted(installed or (), key=lambda k: (kernel_key(k), k))
+    return kernels[-1] if kernels else None
+
+
+def os_release_id(text):
+    """ID= of /etc/os-release ('ubuntu', 'debian'), or None."""
+    for line in _lines(text):
+        if line.startswith("ID="):
+            return line[3:].strip().strip('"').strip("'") or None
+    return None
+
+
+def capture(io, distribution=None):
+    """Read-only: what boot_facts() needs, through the modules' HostIO (run/which/read/listdir/exists, and
+    read_bytes where it has one, for the EFI variables)."""
+    caps = {"running": (io.read("/proc/sys/kernel/osrelease") or "").strip() or None,
+            "distribution": distribution or os_release_id(io.read("/etc/os-release"))}
+    mokutil = io.which("mokutil")
+    if mokutil:
+        _rc, out, err = io.run([mokutil, "--sb-state"])
+        caps["sb_state"] = (out or "") + (err or "")
+        cert = dkms_mok_certificate(caps["distribution"])
+        if io.exists(cert):
+            _rc, out, err = io.run([mokutil, "--test-key", cert])
+            caps["test_key"] = (out or "") + (err or "")
+    read_bytes = getattr(io, "read_bytes", None)
+    if read_bytes is not None:
+        caps["efivar"] = read_bytes(SECUREBOOT_EFIVAR)
+        caps["setup_mode"] = read_bytes(SETUPMODE_EFIVAR)
+    caps["lockdown"] = io.read(LOCKDOWN_FILE)
+    modinfo = io.which("modinfo")
+    if modinfo:
+        rc, out, _err = io.run([modinfo, "nvidia"])
+        caps["modinfo"] = out if rc == 0 else None
+    dpkg_query = io.which("dpkg-query")
+    if dpkg_query:
+        rc, out, _err = io.run([dpkg_query, "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"])
+        caps["packages"] = out if rc == 0 else None
+    dkms = io.which("dkms")
+    if dkms:
+        rc, out, _err = io.run([dkms, "status"])
+        caps["dkms_status"] = out if rc == 0 else None
+    caps["boot"] = io.listdir("/boot") or []
+    caps["modules_dep"] = dict((kver, io.read("/lib/modules/%s/modules.dep" % kver))
+                               for kver in boot_kernels(caps["boot"], caps["running"]))
+    return caps
+
+
+def boot_facts(caps, branch=None):
+    """captures -> {secure_boot, lockdown, module, mok, loads, reason, fix, console_required, kernels}.
+
+    kernels: {running, installed, with_module, next_boot, next_boot_has_module, stranded: [{kver, newer,
+    fix}]}; next_boot is the kernel a reboot starts, stranded the installed kernels without an nvidia module
+    (modules.dep, a DKMS build, a signed package), the running one included when its module is gone."""
+    if caps.get("sb_state") is not None and parse_sb_state(caps["sb_state"])["line"]:
+        state = parse_sb_state(caps["sb_state"])
+        state["source"] = "mokutil --sb-state"
+    else:
+        enforcing = parse_efivar_secureboot(caps.get("efivar"), caps.get("setup_mode"))
+        efi = None if caps.get("efivar") is None and enforcing is None else True
+        state = {"enabled": enforcing, "enforcing": enforcing, "shim_validation_disabled": False,
+                 "setup_mode": False, "efi": efi, "line": None,
+                 "source": "SecureBoot EFI variable" if enforcing is not None else None}
+    lockdown = parse_lockdown(caps.get("lockdown"))
+    if lockdown in ("integrity", "confidentiality") and not state.get("enforcing"):
+        # A kernel in lockdown loads only signed modules, Secure Boot or not.
+        state = dict(state, enforcing=True)
+    running = caps.get("running")
+    deps = caps.get("modules_dep") or {}
+    paths = dict((k, dep_module_path(t)) for k, t in deps.items())
+    running_path = paths.get(running)
+    source = module_source(packages=caps.get("packages"), modinfo=caps.get("modinfo"), kver=running,
+                           module_file="/lib/modules/%s/%s" % (running, running_path) if running_path else None)
+    test_key = parse_test_key(caps["test_key"]) if caps.get("test_key") else None
+    signed = signed_package(source.get("package")) or {}
+    if not signed and source["kind"] == SIGNED_PREBUILT:
+        # The running kernel's package, else the flavour's metapackage, names the branch and variant the other
+        # kernels need.
+        names = [p for p in installed_packages(caps.get("packages")) if p.startswith("linux-modules-nvidia-")]
+        own = sorted(p for p in names if (signed_package(p) or {}).get("kver") == running)
+        metas = sorted(p for p in names if (signed_package(p) or {}).get("flavour"))
+        signed = signed_package((own or metas or [None])[-1]) or {}
+    branch = signed.get("branch") or branch
+    verdict = load_verdict(state, source["kind"], test_key["enrolled"] if test_key else None,
+                           caps.get("distribution"), branch, None, signed.get("open", False))
+    installed = boot_kernels(caps.get("boot"), running)
+    stranded = stranded_kernels(installed, running, dkms_status=caps.get("dkms_status"),
+                                packages=caps.get("packages"), module_kind=source["kind"], branch=branch,
+                                open_modules=signed.get("open", False), server=signed.get("server", True),
+                                module_kernels=[k for k in installed if paths.get(k)])
+    without = set(k["kver"] for k in stranded)
+    with_module = [k for k in installed if paths.get(k) or (k != running and k not in without)]
+    if running and deps.get(running) is not None and not running_path:
+        stranded.insert(0, {"kver": running, "newer": False,
+                            "fix": "reinstall the driver's kernel module package: modules.dep of the running "
+                                   "kernel %s lists no nvidia module (`dkms status` says whether a build failed)"
+                                   % running})
+    next_boot = next_boot_kernel(installed)
+    if next_boot is None:
+        has_module = None
+    elif next_boot in with_module:
+        has_module = True
+    else:
+        # The running kernel's modules.dep unread (no /lib/modules/<kver> here) tells nothing.
+        has_module = None if next_boot == running and deps.get(running) is None else False
+    return {"secure_boot": state, "lockdown": lockdown, "module": source, "mok": test_key,
+            "loads": verdict["loads"], "reason": verdict["reason"], "fix": verdict["fix"],
+            "console_required": verdict["console_required"], "distribution": caps.get("distribution"),
+            "kernels": {"running": running, "installed": installed, "with_module": with_module,
+                        "next_boot": next_boot, "next_boot_has_module": has_module, "stranded": stranded}}
+
+
+def next_boot_problem(facts):
+    """One sentence when the kernel a reboot starts would come up without the nvidia module (its fix
+    included), else None."""
+    kernels = (facts or {}).get("kernels") or {}
+    target = kernels.get("next_boot")
+    if not target or kernels.get("next_boot_has_module") is not False:
+        return None
+    hit = next((k for k in kernels.get("stranded") or [] if k["kver"] == target), None)
+    fix = hit["fix"] if hit else "install the nvidia module for it"
+    return ("the next boot starts kernel %s%s, which has no nvidia module: %s"
+            % (target, "" if target == kernels.get("running") else " (newer than the running %s)"
+               % kernels.get("running"), fix))

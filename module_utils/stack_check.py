@@ -36,7 +36,8 @@ try:
         CDI_DIRS, FEATURE_NO_ADDITIONAL_GIDS, CdiSpecError, engine_first_reading, engine_reads, parse_cdi_list,
         read_spec, shadowing, staleness, too_new_for, too_new_message)
     from ansible.module_utils.daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
-    from ansible.module_utils.secure_boot import module_signature_events
+    from ansible.module_utils.secure_boot import (boot_facts, capture as capture_boot, module_signature_events,
+                                                  next_boot_problem)
     from ansible.module_utils.containerd_config import runtime_binaries
     from ansible.module_utils.dev_char import missing as dev_char_missing, wanted_links as dev_char_links
     from ansible.module_utils import gpus_path as gpus_path_mod
@@ -48,7 +49,7 @@ except ImportError:  # unit tests put module_utils/ on sys.path
     from cdi_spec import (CDI_DIRS, FEATURE_NO_ADDITIONAL_GIDS, CdiSpecError, engine_first_reading, engine_reads,
                           parse_cdi_list, read_spec, shadowing, staleness, too_new_for, too_new_message)
     from daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
-    from secure_boot import module_signature_events
+    from secure_boot import boot_facts, capture as capture_boot, module_signature_events, next_boot_problem
     from containerd_config import runtime_binaries
     from dev_char import missing as dev_char_missing, wanted_links as dev_char_links
     import gpus_path as gpus_path_mod
@@ -1414,6 +1415,41 @@ def check_module_signature(cap, command="dmesg"):
 # the whole diagnosis
 
 
+def check_next_boot(boot):
+    """The kernel a reboot starts has an nvidia module that will load (boot: secure_boot.boot_facts()). A newer
+    kernel installed without a signed module package or a DKMS build comes up without the driver."""
+    command = "ls /boot; grep nvidia /lib/modules/KVER/modules.dep; mokutil --sb-state; modinfo nvidia"
+    if not boot:
+        return result("next_boot", "driver", "skipped", "boot facts not read", ev=evidence(command))
+    kernels = boot.get("kernels") or {}
+    state = boot.get("secure_boot") or {}
+    module = boot.get("module") or {}
+    signatures = {True: "enforced", False: "not enforced", None: "unknown"}[state.get("enforcing")]
+    lines = ["module signatures: %s%s" % (signatures, " (%s)" % state["line"] if state.get("line") else ""),
+             "module: %s%s" % (module.get("kind") or "unknown",
+                               " (%s)" % module["evidence"] if module.get("evidence") else "")]
+    with_module = set(kernels.get("with_module") or ())
+    for kver in kernels.get("installed") or []:
+        lines.append("kernel %s%s: %s" % (kver, " (running)" if kver == kernels.get("running") else "",
+                                           "nvidia module" if kver in with_module else "no nvidia module"))
+    data = {"running": kernels.get("running"), "next_boot": kernels.get("next_boot"),
+            "stranded": kernels.get("stranded") or [], "module_kind": module.get("kind"),
+            "secure_boot_enforcing": state.get("enforcing"), "loads": boot.get("loads")}
+    ev = evidence(command, lines)
+    problem = next_boot_problem(boot)
+    if problem:
+        hit = next((k for k in data["stranded"] if k["kver"] == kernels.get("next_boot")), {})
+        return result("next_boot", "driver", "warn", problem, remedy=hit.get("fix") or "install the nvidia module "
+                      "for that kernel before rebooting", ev=ev, data=data)
+    if boot.get("loads") is False:
+        return result("next_boot", "driver", "warn", "the nvidia module would not load at the next boot: %s"
+                      % boot.get("reason"), remedy=boot.get("fix"), ev=ev, data=data)
+    if not kernels.get("next_boot"):
+        return result("next_boot", "driver", "skipped", "no installed kernel could be read", ev=ev, data=data)
+    return result("next_boot", "driver", "ok", "the next boot (kernel %s) has its nvidia module (%s); module "
+                  "signatures %s" % (kernels["next_boot"], module.get("kind") or "source unknown", signatures),
+                  ev=ev, data=data)
+
 def summarise(checks, required_layers=DEFAULT_REQUIRED_LAYERS, titles=None):
     """Layers, first failing required layer and the message. Fails in layers that are not required
     are reported as warn (the check keeps `required: false`). titles: the engine's titles of layers,
@@ -1562,6 +1598,7 @@ def evaluate(captures, options=None):
         # One unreadable kernel log is one warning (the xid check's), not two in two layers.
         signature_check = result("module_signature", "driver", "skipped", "kernel log unreadable (see the xid check)",
                                  ev=signature_check["evidence"])
+    next_boot_check = guarded("next_boot", "driver", check_next_boot, captures.get("boot"))
     smi_attempts = gpu_caps.get("smi") or []
     smi_text = "\n".join(_out(a) for a in smi_attempts)
     xid_events = parse_xids((captures.get("kernel_log") or {}).get("stdout")) if captures.get("kernel_log") else []
@@ -1572,6 +1609,7 @@ def evaluate(captures, options=None):
         guarded("pci", "driver", check_pci, facts, gpu_caps.get("lspci")),
         kernel_check,
         signature_check,
+        next_boot_check,
         uvm_decides(guarded("device_nodes", "driver", check_device_nodes, captures.get("nodes") or {}, facts,
                             captures.get("proc_devices"), module_loaded=bool(kernel_check["data"].get("version"))),
                     cuda_probe),
@@ -1705,6 +1743,7 @@ def capture(io, options=None):
         (link, readlink(link) if readlink else None)
         for link in dev_char_links(_char_numbers(caps["nodes"])))
     caps["proc_devices"] = io.read("/proc/devices")
+    caps["boot"] = boot_facts(capture_boot(io))
     systemctl = io.which("systemctl")
     if systemctl:
         rc, out, _err = io.run([systemctl, "is-active", "nvidia-persistenced"])

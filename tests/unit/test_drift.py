@@ -109,3 +109,26 @@ def test_a_serving_container_that_lost_its_gpus_is_its_own_repairable_finding():
                            "summary": "--gpus all: the container failed"})
     assert compare(RECORD, live, HELD, {"vllm-a": {"running": True}})["layers"]["container"]["findings"][0][
         "message"] == "containers: --gpus all: the container failed"
+
+
+def test_a_next_boot_without_a_module_is_driver_drift_and_holds_the_reboot():
+    """gpu_stack_check's next_boot warning (a newer kernel with no nvidia module): the driver layer drifts, and a
+    pending reboot is not repaired, reboots allowed or not, until the module is there."""
+    live = stack()
+    live["checks"].append({"name": "next_boot", "layer": "driver", "status": "warn",
+                           "summary": "the next boot starts kernel 6.2.0-34-generic (newer than the running "
+                                      "6.2.0-33-generic), which has no nvidia module: build the module for it",
+                           "data": {"next_boot": "6.2.0-34-generic"}})
+    out = compare(RECORD, live, HELD, {"vllm-a": {"running": True}})
+    codes = [f["code"] for f in out["layers"]["driver"]["findings"]]
+    assert codes == ["kernel_stranded"] and out["layers"]["driver"]["state"] == "drift"
+    assert out["manual"] == ["driver layer: the next boot starts kernel 6.2.0-34-generic (newer than the running "
+                             "6.2.0-33-generic), which has no nvidia module: build the module for it"]
+    dpkg = {"nvidia-driver-580-server-open": dict(HELD["nvidia-driver-580-server-open"],
+                                                  version="580.105.08-0ubuntu0.24.04.1")}
+    out = compare(RECORD, live, dpkg, {"vllm-a": {"running": True}}, allow_reboot=True)
+    pending = next(f for f in out["layers"]["driver"]["findings"] if f["code"] == "reboot_pending")
+    assert pending["repair"] == MANUAL and "reboot_pending" not in out["repairable"]
+    # the same without the stranded kernel is a reboot the run may do
+    out = compare(RECORD, stack(), dpkg, {"vllm-a": {"running": True}}, allow_reboot=True)
+    assert "reboot_pending" in out["repairable"]

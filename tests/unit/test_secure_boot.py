@@ -4,12 +4,13 @@ module, the kernels installed but not booted, the kernel's signature verdicts, a
 Expected values are read off the texts (quoted in the comments)."""
 import os
 import re
+import sys
 
 import pytest
 
 import secure_boot as sb
 import stack_check as sc
-from conftest import FIXTURES
+from conftest import FIXTURES, ROOT
 
 SB = os.path.join(FIXTURES, "secure_boot")
 HOST = os.path.join(FIXTURES, "host")
@@ -396,3 +397,165 @@ def test_dpkg_s_of_another_file_names_no_module_source():
     # "nvidia-smi: /usr/bin/nvidia-smi" (dpkg-query -S on Debian): a real -S line, but not the module's file
     source = sb.module_source(dpkg_s=load("dpkg-query-S_nvidia-smi_debian.txt", HOST))
     assert source["kind"] is None and source["package"] is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The host: what a reboot starts, and whether it has a module (capture + boot_facts).
+
+DEP_1517 = "modules-dep-grep_dkms_debian-forky_nvidia-container-toolkit-1517_excerpt.txt"
+DKMS_3 = "dkms-status_nvidia-535.113.01_three-kernels_nvidia-graphics-drivers-62.txt"
+MODINFO_DKMS = "modinfo-nvidia_dkms_590.44.01_ubuntu-6.8.0-90_aikitoria-open-gpu-kernel-modules-15_excerpt.txt"
+DPKG_SIGNED = "dpkg-l_linux-modules-nvidia-525_ubuntu22.04_elementary-settings-system-302.txt"
+
+
+def test_modules_dep_names_the_module_where_depmod_found_it():
+    text = load(DEP_1517)
+    # nvidia.ko.xz is there as nvidia-modeset's and nvidia-drm's dependency; forcedeth and nvidia-wmi-ec-backlight
+    # are other drivers whose paths hold the word nvidia
+    assert sb.dep_module_path(text) == "updates/dkms/nvidia.ko.xz"
+    assert sb.dep_module_path("\n".join(text.splitlines()[:2])) is None
+    assert sb.dep_module_path(None) is None and sb.dep_module_path("") is None
+
+
+def test_boot_kernels_and_the_next_boot():
+    # the three kernels of the dkms status capture, as /boot names their images
+    kvers = sb.installed_kernels(load(DKMS_3))
+    names = ["config-6.2.0-34-generic", "grub", "initrd.img-6.2.0-34-generic"] + ["vmlinuz-%s" % k for k in kvers] \
+        + ["vmlinuz", "vmlinuz.old"]
+    assert sb.boot_kernels(names) == kvers
+    assert sb.boot_kernels(names[:1], "6.2.0-33-generic") == ["6.2.0-33-generic"]
+    assert sb.next_boot_kernel(kvers) == "6.2.0-34-generic" and sb.next_boot_kernel([]) is None
+
+
+class BootIO(object):
+    """A host for capture(): files, directory listings and commands (argv prefix -> (rc, out, err))."""
+
+    def __init__(self, files=None, dirs=None, commands=None, blobs=None):
+        self.files, self.dirs, self.commands, self.blobs = files or {}, dirs or {}, commands or {}, blobs or {}
+        self.ran = []
+
+    def which(self, name):
+        return "/usr/bin/" + name if ("/usr/bin/" + name,) in self.commands else None
+
+    def run(self, argv):
+        self.ran.append(list(argv))
+        return self.commands.get((argv[0],), (127, "", "not found"))
+
+    def read(self, path):
+        return self.files.get(path)
+
+    def read_bytes(self, path):
+        return self.blobs.get(path)
+
+    def listdir(self, path):
+        return self.dirs.get(path)
+
+    def exists(self, path):
+        return path in self.files or path in self.blobs
+
+
+def dkms_host(newer_built):
+    """An Ubuntu host running 6.2.0-33 with DKMS builds (dkms status of the capture), 6.2.0-34 installed and,
+    where newer_built, built for too; Secure Boot state from the real mokutil output."""
+    dep = load(DEP_1517)
+    files = {"/proc/sys/kernel/osrelease": "6.2.0-33-generic\n", "/etc/os-release": 'NAME="Ubuntu"\nID=ubuntu\n',
+             "/lib/modules/6.2.0-33-generic/modules.dep": dep, "/var/lib/shim-signed/mok/MOK.der": "der",
+             "/lib/modules/6.2.0-34-generic/modules.dep": dep if newer_built else "kernel/fs/fat/fat.ko:\n"}
+    dkms = "\n".join(l for l in load(DKMS_3).splitlines() if newer_built or "6.2.0-34" not in l)
+    commands = {("/usr/bin/mokutil",): (0, load("mokutil-sb-state_enabled_ubuntu22.04_salt-66955.txt"), ""),
+                ("/usr/bin/modinfo",): (0, load(MODINFO_DKMS), ""),
+                ("/usr/bin/dkms",): (0, dkms, "")}
+    return BootIO(files, {"/boot": ["vmlinuz-6.2.0-33-generic", "vmlinuz-6.2.0-34-generic"]}, commands)
+
+
+def test_a_newer_kernel_without_its_dkms_build_is_the_next_boot_problem():
+    io = dkms_host(newer_built=False)
+    caps = sb.capture(io)
+    assert caps["distribution"] == "ubuntu" and caps["running"] == "6.2.0-33-generic"
+    # mokutil asked for the DKMS key Ubuntu signs with; nothing else ran that changes anything
+    assert ["/usr/bin/mokutil", "--test-key", "/var/lib/shim-signed/mok/MOK.der"] in io.ran
+    facts = sb.boot_facts(caps)
+    assert facts["module"]["kind"] == sb.DKMS and facts["secure_boot"]["enforcing"] is True
+    kernels = facts["kernels"]
+    assert kernels["installed"] == ["6.2.0-33-generic", "6.2.0-34-generic"]
+    assert kernels["with_module"] == ["6.2.0-33-generic"] and kernels["next_boot"] == "6.2.0-34-generic"
+    assert kernels["next_boot_has_module"] is False
+    problem = sb.next_boot_problem(facts)
+    assert problem.startswith("the next boot starts kernel 6.2.0-34-generic (newer than the running "
+                              "6.2.0-33-generic), which has no nvidia module: build the module for it")
+    assert "dkms autoinstall -k 6.2.0-34-generic" in problem
+
+
+def test_a_newer_kernel_with_its_build_is_fine():
+    facts = sb.boot_facts(sb.capture(dkms_host(newer_built=True)))
+    assert facts["kernels"]["next_boot_has_module"] is True and facts["kernels"]["stranded"] == []
+    assert sb.next_boot_problem(facts) is None
+
+
+def test_signed_prebuilt_module_found_in_modules_dep():
+    """Ubuntu's signed modules sit under kernel/nvidia-<branch>srv/ (the signatures package's layout): modules.dep
+    then names the source where modinfo says nothing."""
+    dpkg = load(DPKG_SIGNED)
+    io = BootIO({"/proc/sys/kernel/osrelease": "5.15.0-58-generic\n",
+                 "/lib/modules/5.15.0-58-generic/modules.dep": "kernel/nvidia-525/nvidia.ko:\n",
+                 "/lib/modules/5.15.0-60-generic/modules.dep": "kernel/fs/fat/fat.ko:\n"},
+                {"/boot": ["vmlinuz-5.15.0-58-generic", "vmlinuz-5.15.0-60-generic"]},
+                {("/usr/bin/dpkg-query",): (0, dpkg, "")})
+    facts = sb.boot_facts(sb.capture(io, "Ubuntu"))
+    assert facts["module"]["kind"] == sb.SIGNED_PREBUILT
+    assert facts["secure_boot"]["enforcing"] is None and facts["loads"] is None
+    assert "linux-modules-nvidia-525" in sb.next_boot_problem(facts)
+    assert "5.15.0-60-generic" in sb.next_boot_problem(facts)
+
+
+def test_efivar_read_where_mokutil_is_absent():
+    blob = bytes([6, 0, 0, 0, 1])
+    io = BootIO({"/proc/sys/kernel/osrelease": "6.1.0-28-amd64\n"}, blobs={sb.SECUREBOOT_EFIVAR: blob})
+    facts = sb.boot_facts(sb.capture(io, "Debian"))
+    assert facts["secure_boot"]["enforcing"] is True and facts["secure_boot"]["source"] == "SecureBoot EFI variable"
+
+
+def test_running_kernel_whose_module_is_gone():
+    io = BootIO({"/proc/sys/kernel/osrelease": "6.1.0-28-amd64\n",
+                 "/lib/modules/6.1.0-28-amd64/modules.dep": "kernel/fs/fat/fat.ko:\n"})
+    facts = sb.boot_facts(sb.capture(io, "Debian"))
+    assert facts["kernels"]["next_boot"] == "6.1.0-28-amd64"
+    assert "reinstall the driver's kernel module package" in sb.next_boot_problem(facts)
+    # a kernel whose modules.dep cannot be read (no /lib/modules/<kver>) says nothing about the module
+    io.files.pop("/lib/modules/6.1.0-28-amd64/modules.dep")
+    assert sb.next_boot_problem(sb.boot_facts(sb.capture(io, "Debian"))) is None
+
+
+def test_stack_check_next_boot():
+    check = sc.check_next_boot(sb.boot_facts(sb.capture(dkms_host(newer_built=False))))
+    assert check["status"] == "warn" and check["layer"] == "driver"
+    assert "dkms autoinstall -k 6.2.0-34-generic" in check["remedy"]
+    assert "kernel 6.2.0-34-generic: no nvidia module" in check["evidence"]["lines"]
+    check = sc.check_next_boot(sb.boot_facts(sb.capture(dkms_host(newer_built=True))))
+    assert check["status"] == "ok" and "kernel 6.2.0-34-generic" in check["summary"]
+
+
+def test_boot_facts_module_documents_its_options():
+    pytest.importorskip("ansible")
+    sys.path.insert(0, os.path.join(ROOT, "library"))
+    import yaml
+    import nvidia_boot_facts as mod
+    doc = yaml.safe_load(mod.DOCUMENTATION)
+    assert set(doc["options"]) == set(mod.ARGUMENT_SPEC)
+    for name, spec in mod.ARGUMENT_SPEC.items():
+        assert doc["options"][name]["type"] == spec["type"], name
+    assert "nvidia_boot" in yaml.safe_load(mod.RETURN)["ansible_facts"]["contains"]
+
+
+def test_the_running_kernels_package_names_the_package_a_new_kernel_needs():
+    """The corpus' Ubuntu 24.04 dpkg -l (Canonical's signed 550-server modules for 6.8.0-51-generic) with a newer
+    kernel installed since: the fix names the per-kernel package of the same branch and variant."""
+    dpkg = load("007_dpkg-l_550.127.08-server_ubuntu24.04_linux-modules-nvidia-signed_excerpt.txt", HOST)
+    io = BootIO({"/proc/sys/kernel/osrelease": "6.8.0-51-generic\n",
+                 "/lib/modules/6.8.0-51-generic/modules.dep": "kernel/nvidia-550srv/nvidia.ko:\n",
+                 "/lib/modules/6.8.0-52-generic/modules.dep": "kernel/fs/fat/fat.ko:\n"},
+                {"/boot": ["vmlinuz-6.8.0-51-generic", "vmlinuz-6.8.0-52-generic"]},
+                {("/usr/bin/dpkg-query",): (0, dpkg, "")})
+    facts = sb.boot_facts(sb.capture(io, "Ubuntu"))
+    assert facts["module"]["kind"] == sb.SIGNED_PREBUILT
+    assert "install linux-modules-nvidia-550-server-6.8.0-52-generic before booting it" in sb.next_boot_problem(facts)
