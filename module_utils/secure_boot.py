@@ -617,6 +617,8 @@ def boot_facts(caps, branch=None):
                             "fix": "reinstall the driver's kernel module package: modules.dep of the running "
                                    "kernel %s lists no nvidia module (`dkms status` says whether a build failed)"
                                    % running})
+    dkms = load_verdict(state, DKMS, test_key["enrolled"] if test_key else None, caps.get("distribution"), branch,
+                        None, signed.get("open", False))
     next_boot = next_boot_kernel(installed)
     if next_boot is None:
         has_module = None
@@ -628,8 +630,19 @@ def boot_facts(caps, branch=None):
     return {"secure_boot": state, "lockdown": lockdown, "module": source, "mok": test_key,
             "loads": verdict["loads"], "reason": verdict["reason"], "fix": verdict["fix"],
             "console_required": verdict["console_required"], "distribution": caps.get("distribution"),
+            "dkms_refusal": dkms_refusal(state, dkms),
             "kernels": {"running": running, "installed": installed, "with_module": with_module,
                         "next_boot": next_boot, "next_boot_has_module": has_module, "stranded": stranded}}
+
+
+def dkms_refusal(state, dkms_verdict):
+    """Why a DKMS-built module must not be installed here, or None: Secure Boot enforces signatures and the key
+    DKMS signs with is not known to be an enrolled MOK (the kernel would reject the module at load, and only
+    someone at the console can enrol a key)."""
+    if not (state or {}).get("enforcing") or dkms_verdict.get("loads") is True:
+        return None
+    return "%s. Fix: %s" % (dkms_verdict.get("reason"), dkms_verdict.get("fix") or
+                            "enrol the DKMS key as a MOK at the console, or turn Secure Boot off")
 
 
 def next_boot_problem(facts):

@@ -559,3 +559,22 @@ def test_the_running_kernels_package_names_the_package_a_new_kernel_needs():
     facts = sb.boot_facts(sb.capture(io, "Ubuntu"))
     assert facts["module"]["kind"] == sb.SIGNED_PREBUILT
     assert "install linux-modules-nvidia-550-server-6.8.0-52-generic before booting it" in sb.next_boot_problem(facts)
+
+
+def test_dkms_refusal_under_secure_boot():
+    """Debian under Secure Boot (the real efivarfs bytes) with no mokutil to ask about the DKMS key: refused
+    with the MOK steps; the enrolled key (real --test-key output) or Secure Boot off: allowed."""
+    blob = bytes([6, 0, 0, 0, 1])
+    io = BootIO({"/proc/sys/kernel/osrelease": "6.1.0-28-amd64\n"}, blobs={sb.SECUREBOOT_EFIVAR: blob})
+    refusal = sb.boot_facts(sb.capture(io, "Debian"))["dkms_refusal"]
+    assert refusal.startswith("Secure Boot is on and the module is DKMS-built; whether its key is enrolled is unknown")
+    assert "mokutil --import /var/lib/dkms/mok.pub" in refusal and "MokManager at the console" in refusal
+    io.commands = {("/usr/bin/mokutil",): (0, load("mokutil-test-key_not-enrolled_dkms-mok.pub_r-pufky-docs.txt"), "")}
+    io.files["/var/lib/dkms/mok.pub"] = "pub"
+    # mokutil present: its --sb-state answer (here the test key text: no state line) leaves the EFI variable to decide
+    assert "is not an enrolled MOK" in sb.boot_facts(sb.capture(io, "Debian"))["dkms_refusal"]
+    io.commands = {("/usr/bin/mokutil",): (0, load("mokutil-test-key_enrolled_dkms-mok.pub_r-pufky-docs.txt"), "")}
+    assert sb.boot_facts(sb.capture(io, "Debian"))["dkms_refusal"] is None
+    io.blobs[sb.SECUREBOOT_EFIVAR] = bytes([6, 0, 0, 0, 0])
+    io.commands = {}
+    assert sb.boot_facts(sb.capture(io, "Debian"))["dkms_refusal"] is None

@@ -248,6 +248,32 @@ def run_driver_bind_rules(root="/"):
                              % (os.getpid(), command, res.returncode))
 
 
+# UEFI's global-variable GUID; efivarfs shows a variable as its 4 attribute bytes (NV+BS+RT: 06 00 00 00) then
+# its data, one byte for SecureBoot (tests/fixtures/secure_boot: the salt-66955 and mokutil-89 hexdumps).
+EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
+EFIVAR_ATTRIBUTES = b"\x06\x00\x00\x00"
+
+
+def lay_down_firmware(state, root="/"):
+    """The firmware's Secure Boot as the kernel shows it: /sys/firmware/efi/efivars/SecureBoot-<guid>. No
+    firmware.secure_boot in the state is a host booted without EFI (no efivars at all). Docker masks
+    /sys/firmware with a read-only tmpfs; a writable one goes over it (the target has CAP_SYS_ADMIN)."""
+    secure_boot = (state.get("firmware") or {}).get("secure_boot")
+    firmware = os.path.join(root, "sys/firmware")
+    efivars = os.path.join(firmware, "efi/efivars")
+    path = os.path.join(efivars, "SecureBoot-" + EFI_GLOBAL_GUID)
+    if secure_boot is None:
+        if os.path.exists(path):
+            os.unlink(path)
+        return None
+    if os.path.abspath(root) == "/" and not os.access(firmware, os.W_OK):
+        subprocess.check_call(["mount", "-t", "tmpfs", "-o", "mode=0755,size=64k", "tmpfs", "/sys/firmware"])
+    os.makedirs(efivars, exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(EFIVAR_ATTRIBUTES + (b"\x01" if secure_boot else b"\x00"))
+    return bool(secure_boot)
+
+
 def boot(state_path=None, root="/"):
     holder = {}
 
@@ -257,6 +283,7 @@ def boot(state_path=None, root="/"):
     st.update(fn, state_path)
     state = holder["state"]
     made = lay_down(state, root)
+    lay_down_firmware(state, root)
     if made and os.path.abspath(root) == "/":
         run_driver_bind_rules(root)
     marker = os.path.join(root, "run/gpu-sim")

@@ -17,6 +17,8 @@
   gpusim driver install VERSION [--modules open|proprietary] [--package NAME]   (a package's postinst)
   gpusim driver remove                                                          (a package's postrm)
   gpusim boot                                                                   (what a reboot does)
+  gpusim firmware secure-boot on|off|none    the firmware's Secure Boot (none: booted without EFI), now and at
+                                             every boot: /sys/firmware/efi/efivars/SecureBoot-<guid>
   gpusim kmsg [--journal] [--all]     the simulated kernel log, as `dmesg` / `journalctl -k` print it
 
 The state file is $GPUSIM_STATE (default /var/lib/gpu-sim/state.json).
@@ -377,6 +379,18 @@ def kmsg(args, path):
     return 0
 
 
+def firmware(args, path):
+    if len(args) != 2 or args[0] != "secure-boot" or args[1] not in ("on", "off", "none"):
+        raise SystemExit("gpusim: firmware secure-boot on|off|none")
+    value = {"on": True, "off": False, "none": None}[args[1]]
+
+    def fn(s):
+        s.setdefault("firmware", {})["secure_boot"] = value
+    st.update(fn, path)
+    bootmod.lay_down_firmware(st.load(path), os.environ.get("GPUSIM_ROOT") or "/")
+    return 0
+
+
 def main(argv=None):
     args = list(sys.argv[1:] if argv is None else argv)
     path = None
@@ -446,6 +460,8 @@ def main(argv=None):
         return bootmod.main(args)
     if cmd == "kmsg":
         return kmsg(args, path)
+    if cmd == "firmware":
+        return firmware(args, path)
     raise SystemExit("gpusim: unknown command %r (gpusim --help)" % cmd)
 
 

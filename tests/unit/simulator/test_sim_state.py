@@ -103,3 +103,28 @@ def test_catalogue_aliases_and_cuda():
     with pytest.raises(KeyError):
         catalogue.resolve("gtx-480")
     assert catalogue.cuda_version("570.133.20") == "12.8" and catalogue.cuda_version("590.48.01") == "13.1"
+
+
+def test_firmware_secure_boot_is_the_efivarfs_file_the_product_reads(tmp_path, monkeypatch):
+    """gpusim firmware secure-boot writes the SecureBoot variable as efivarfs shows it (the real hexdumps'
+    06 00 00 00 01 / 00), which module_utils/secure_boot reads; none is a host booted without EFI."""
+    import secure_boot as sb
+    from gpusim import boot as bootmod, ctl
+    path = str(tmp_path / "state.json")
+    make_state(path)
+    monkeypatch.setenv("GPUSIM_STATE", path)
+    monkeypatch.setenv("GPUSIM_ROOT", str(tmp_path))
+    var = tmp_path / "sys/firmware/efi/efivars" / ("SecureBoot-" + bootmod.EFI_GLOBAL_GUID)
+    assert str(var).endswith(sb.SECUREBOOT_EFIVAR)
+    assert ctl.main(["firmware", "secure-boot", "on"]) == 0
+    assert var.read_bytes() == b"\x06\x00\x00\x00\x01" and sb.parse_efivar_secureboot(var.read_bytes()) is True
+    assert ctl.main(["firmware", "secure-boot", "off"]) == 0
+    assert sb.parse_efivar_secureboot(var.read_bytes()) is False
+    # it is firmware: a boot lays it down again from the state
+    var.unlink()
+    bootmod.lay_down_firmware(st.load(path), str(tmp_path))
+    assert var.read_bytes() == b"\x06\x00\x00\x00\x00"
+    assert ctl.main(["firmware", "secure-boot", "none"]) == 0
+    assert not var.exists()
+    with pytest.raises(SystemExit):
+        ctl.main(["firmware", "secure-boot", "maybe"])
