@@ -48,8 +48,8 @@ options:
       - Default is every layer but C(health).
     type: list
     elements: str
-    choices: [hardware, driver, persistence, docker, toolkit, runtime_config, cdi, container, health]
-    default: [hardware, driver, persistence, docker, toolkit, runtime_config, cdi, container]
+    choices: [hardware, driver, fabric, persistence, docker, toolkit, runtime_config, cdi, container, health]
+    default: [hardware, driver, fabric, persistence, docker, toolkit, runtime_config, cdi, container]
   fail_on_required:
     description: Fail the task (with the whole diagnosis in the result) when a required layer fails.
     type: bool
@@ -194,7 +194,7 @@ checks:
   description:
     - Every check in order, each with C(name), C(layer), C(status), C(required), C(summary), C(remedy),
       C(evidence) (C(command), C(rc), C(lines)) and C(data).
-    - "Names: hardware, pci, kernel_module, module_signature, next_boot, device_nodes, nvml, persistence, docker (containerd on a
+    - "Names: hardware, pci, kernel_module, module_signature, next_boot, device_nodes, nvml, fabric, persistence, docker (containerd on a
       containerd engine), toolkit, runtime, dev_char, cdi_spec,
       cdi_list, container_gpus, gpus_path, container_cdi, container_cuda, serving_gpus, zombies, throttle,
       xid."

@@ -3,6 +3,7 @@
 no host access.
 
     needs_fabric_manager(pci_devices, fabrics)   {needed, reason, nvswitches}
+    nvswitches(lspci_text)                       the NVSwitch functions in `lspci -nn`
 
 Facts (docs/research/hgx-fabric-manager.md and tests/fixtures/fabric/README.md name the sources):
 - NVSwitch on the PCI bus: 10de:1af1 (gen2, HGX A100, class 0680, 6 per board) and 10de:22a3 (gen3,
@@ -10,6 +11,11 @@ Facts (docs/research/hgx-fabric-manager.md and tests/fixtures/fabric/README.md n
   so the GPUs' Fabric State is the other sign: N/A where there is no NVSwitch fabric, else In Progress /
   Completed (gpu_topology.parse_fabric).
 """
+
+try:
+    from ansible.module_utils.host_parse import parse_lspci
+except ImportError:  # unit tests put module_utils/ on sys.path
+    from host_parse import parse_lspci
 
 NVSWITCH_PCI_IDS = {"10de:1af1": "NVSwitch gen2 (HGX A100)", "10de:22a3": "NVSwitch gen3 (HGX H100/H200)"}
 
@@ -28,3 +34,8 @@ def needs_fabric_manager(pci_devices, fabrics=()):
                 "reason": "the GPUs report an NVSwitch fabric (Fabric State %s)" % managed[0]["state"]}
     return {"needed": False, "nvswitches": [],
             "reason": "no NVSwitch on the PCI bus and no GPU reports a fabric (State N/A)"}
+
+
+def nvswitches(lspci_text):
+    """The NVSwitch functions of `lspci -nn` output (host_parse.parse_lspci's devices)."""
+    return [d for d in parse_lspci(lspci_text or "") if d.get("pci_id") in NVSWITCH_PCI_IDS]

@@ -13,13 +13,14 @@ import re
 
 try:
     from ansible.module_utils.explain import ExplainError, explain
+    from ansible.module_utils.stack_check import LAYERS
 except ImportError:  # plain import in unit tests and the CLI
     from explain import ExplainError, explain
+    from stack_check import LAYERS
 
-LAYERS = ("hardware", "driver", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "health")
 LAYER_HEADINGS = {
     "hardware": "hardware",
-    "driver": "driver", "persistence": "persistence", "docker": "docker", "toolkit": "toolkit",
+    "driver": "driver", "fabric": "fabric", "persistence": "persistence", "docker": "docker", "toolkit": "toolkit",
     "runtime_config": "runtime config", "cdi": "CDI", "container": "container", "health": "health",
 }
 STATUS_WORDS = {"ok": "ok", "warn": "warn", "fail": "FAIL", "skipped": "skip"}

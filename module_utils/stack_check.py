@@ -12,6 +12,8 @@ A check result is a dict:
 
 Layers, bottom up (domain.md §1, §2: the diagnosis order nvidia-smi → docker info → docker run):
     driver          GPU on the PCI bus, kernel module, device nodes, NVML / version match
+    fabric          on NVSwitch (HGX) hosts: the fabric manager installed at the driver's version, running,
+                    and every GPU's fabric set up (State Completed, Status Success)
     persistence     persistence mode
     docker          the docker daemon is up
     toolkit         NVIDIA Container Toolkit packages and nvidia-ctk
@@ -41,6 +43,9 @@ try:
     from ansible.module_utils.containerd_config import runtime_binaries
     from ansible.module_utils.dev_char import missing as dev_char_missing, wanted_links as dev_char_links
     from ansible.module_utils import gpus_path as gpus_path_mod
+    from ansible.module_utils.fabric_manager import needs_fabric_manager, nvswitches as find_nvswitches
+    from ansible.module_utils.gpu_topology import fabric_verdict, parse_fabric_xml
+    from ansible.module_utils.secure_boot import installed_packages
 except ImportError:  # unit tests put module_utils/ on sys.path
     import error_catalogue as catalogue
     from gpu_facts import build_facts, capture as capture_gpu
@@ -53,11 +58,15 @@ except ImportError:  # unit tests put module_utils/ on sys.path
     from containerd_config import runtime_binaries
     from dev_char import missing as dev_char_missing, wanted_links as dev_char_links
     import gpus_path as gpus_path_mod
+    from fabric_manager import needs_fabric_manager, nvswitches as find_nvswitches
+    from gpu_topology import fabric_verdict, parse_fabric_xml
+    from secure_boot import installed_packages
 
-LAYERS = ("hardware", "driver", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "health")
+LAYERS = ("hardware", "driver", "fabric", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container",
+          "health")
 LAYER_TITLES = {
     "hardware": "hardware (each GPU on the bus)",
-    "driver": "driver", "persistence": "persistence mode", "docker": "docker engine",
+    "driver": "driver", "fabric": "NVSwitch fabric", "persistence": "persistence mode", "docker": "docker engine",
     "toolkit": "toolkit packages", "runtime_config": "toolkit configuration", "cdi": "CDI spec",
     "container": "image/container", "health": "GPU health",
 }
@@ -1415,6 +1424,73 @@ def check_module_signature(cap, command="dmesg"):
 # the whole diagnosis
 
 
+FABRIC_MANAGER_SERVICE = "nvidia-fabricmanager"
+_FM_PACKAGE = re.compile(r"^nvidia-fabricmanager(?:-(?P<branch>\d{3}))?$")
+
+
+def _upstream(version):
+    """'580.95.05-0ubuntu0.24.04.1' / '1:580.95.05-1' -> '580.95.05'."""
+    return re.sub(r"-[^-]*$", "", str(version or "").split(":", 1)[-1]) or None
+
+
+def check_fabric(fabrics, lspci_text, packages_text, fm_active, loaded_version):
+    """On an NVSwitch (HGX) host CUDA starts only once the fabric manager, at exactly the driver's version, has
+    set the fabric up; nvidia-smi looks healthy without it while every CUDA program fails with 802.
+    fabrics: each GPU's fabric (gpu_topology.parse_fabric_xml of `nvidia-smi -q -x`); lspci_text: `lspci -nn -D`; packages_text: `dpkg-query -W` of the host;
+    fm_active: `systemctl is-active nvidia-fabricmanager`; loaded_version: the loaded module's version."""
+    command = ("nvidia-smi -q -x (fabric); lspci -nn (NVSwitch); dpkg-query -W 'nvidia-fabricmanager*'; "
+               "systemctl is-active %s" % FABRIC_MANAGER_SERVICE)
+    fabrics = fabrics or []
+    switches = find_nvswitches(lspci_text)
+    needs = needs_fabric_manager(switches, fabrics)
+    verdict = fabric_verdict(fabrics)
+    fm = dict((name, _upstream(version)) for name, version in installed_packages(packages_text).items()
+              if _FM_PACKAGE.match(name))
+    lines = ["%s: State %s, Status %s" % (f["pci_bus_id"] or "GPU %d" % i, f["state"], f["status"])
+             for i, f in enumerate(fabrics)][:8]
+    lines += ["NVSwitch %s" % a for a in needs["nvswitches"][:4]]
+    lines += ["%s %s installed" % (n, v) for n, v in sorted(fm.items())]
+    lines.append("%s: %s" % (FABRIC_MANAGER_SERVICE, fm_active or "unknown"))
+    data = {"needed": needs["needed"], "reason": needs["reason"], "state": verdict["state"],
+            "nvswitches": needs["nvswitches"], "fabric_manager": fm, "active": fm_active,
+            "driver_version": loaded_version}
+    ev = evidence(command, lines)
+    if not needs["needed"]:
+        if verdict["state"] == "unknown":
+            return result("fabric", "fabric", "skipped", "no NVSwitch on the PCI bus and no fabric state from "
+                          "nvidia-smi (%s)" % verdict["message"], ev=ev, data=data)
+        return result("fabric", "fabric", "ok", "no NVSwitch fabric: %s" % needs["reason"], ev=ev, data=data)
+    branch = (loaded_version or "").split(".")[0] or "<branch>"
+    install = ("install the fabric manager at the driver's version: `apt-get install nvidia-fabricmanager-%s=%s-*` "
+               "(Ubuntu; the CUDA repository's nvidia-fabricmanager-%s), hold it with the driver, then "
+               "`systemctl enable --now %s`" % (branch, loaded_version or "<driver version>", branch,
+                                                FABRIC_MANAGER_SERVICE))
+    if not fm:
+        return result("fabric", "fabric", "fail", "%s, but no nvidia-fabricmanager package is installed: every CUDA "
+                      "program fails with 802 (system not yet initialized)" % needs["reason"], remedy=install,
+                      ev=ev, data=data)
+    wrong = sorted(n for n, v in fm.items() if loaded_version and v != loaded_version)
+    if wrong:
+        return result("fabric", "fabric", "fail", "fabric manager %s, driver %s: the fabric manager refuses to start "
+                      "on another driver version" % (fm[wrong[0]], loaded_version), remedy=install.replace(
+                          "install the fabric manager", "install the fabric manager again"), ev=ev, data=data)
+    if fm_active != "active":
+        return result("fabric", "fabric", "fail", "%s is not running (%s): the fabric is not set up"
+                      % (FABRIC_MANAGER_SERVICE, fm_active or "unknown"),
+                      remedy="`systemctl enable --now %s` (after a driver reload: restart it); "
+                             "`journalctl -u %s` says why it stopped" % (FABRIC_MANAGER_SERVICE, FABRIC_MANAGER_SERVICE),
+                      ev=ev, data=data)
+    if verdict["state"] in ("not_ready", "failed"):
+        return result("fabric", "fabric", "fail", verdict["message"], remedy=verdict["fix"], ev=ev, data=data)
+    if verdict["state"] == "unhealthy":
+        return result("fabric", "fabric", "warn", verdict["message"], remedy=verdict["fix"], ev=ev, data=data)
+    if verdict["state"] == "unknown":
+        return result("fabric", "fabric", "warn", "%s runs at the driver's version, but nvidia-smi shows no fabric "
+                      "state" % FABRIC_MANAGER_SERVICE, remedy="read `nvidia-smi -q` (Fabric) on a driver that "
+                      "prints it", ev=ev, data=data)
+    return result("fabric", "fabric", "ok", "%s %s running; %s" % (FABRIC_MANAGER_SERVICE, loaded_version,
+                                                                   verdict["message"]), ev=ev, data=data)
+
 def check_next_boot(boot):
     """The kernel a reboot starts has an nvidia module that will load (boot: secure_boot.boot_facts()). A newer
     kernel installed without a signed module package or a DKMS build comes up without the driver."""
@@ -1599,6 +1675,12 @@ def evaluate(captures, options=None):
         signature_check = result("module_signature", "driver", "skipped", "kernel log unreadable (see the xid check)",
                                  ev=signature_check["evidence"])
     next_boot_check = guarded("next_boot", "driver", check_next_boot, captures.get("boot"))
+    smi_xml = next((_out(a) for a in gpu_caps.get("smi") or [] if a.get("kind") == "xml" and a.get("rc") == 0), None)
+    fabric_check = guarded("fabric", "fabric", check_fabric,
+                           parse_fabric_xml(smi_xml) if smi_xml and "<nvidia_smi_log" in smi_xml else [],
+                           (gpu_caps.get("lspci") or {}).get("stdout"),
+                           (captures.get("boot_caps") or {}).get("packages"), captures.get("fabricmanager_active"),
+                           facts.get("driver_version_kernel"))
     smi_attempts = gpu_caps.get("smi") or []
     smi_text = "\n".join(_out(a) for a in smi_attempts)
     xid_events = parse_xids((captures.get("kernel_log") or {}).get("stdout")) if captures.get("kernel_log") else []
@@ -1614,6 +1696,7 @@ def evaluate(captures, options=None):
                             captures.get("proc_devices"), module_loaded=bool(kernel_check["data"].get("version"))),
                     cuda_probe),
         guarded("nvml", "driver", check_nvml, facts, gpu_caps),
+        fabric_check,
         guarded("persistence", "persistence", check_persistence, facts, gpu_caps, captures.get("persistenced_active"),
                 captures.get("persistenced_enabled")),
         docker_check,
@@ -1743,13 +1826,16 @@ def capture(io, options=None):
         (link, readlink(link) if readlink else None)
         for link in dev_char_links(_char_numbers(caps["nodes"])))
     caps["proc_devices"] = io.read("/proc/devices")
-    caps["boot"] = boot_facts(capture_boot(io))
+    caps["boot_caps"] = capture_boot(io)
+    caps["boot"] = boot_facts(caps["boot_caps"])
     systemctl = io.which("systemctl")
     if systemctl:
         rc, out, _err = io.run([systemctl, "is-active", "nvidia-persistenced"])
         caps["persistenced_active"] = (out or "").strip() or None
         rc, out, _err = io.run([systemctl, "is-enabled", "nvidia-persistenced"])
         caps["persistenced_enabled"] = (out or "").strip() or None
+        rc, out, _err = io.run([systemctl, "is-active", FABRIC_MANAGER_SERVICE])
+        caps["fabricmanager_active"] = (out or "").strip() or None
     docker = io.which("docker")
     ctr = io.which("ctr")
     caps["engine"] = choose_engine(opts["container_engine"], docker, ctr)
