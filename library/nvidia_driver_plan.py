@@ -77,6 +77,22 @@ options:
     type: list
     elements: str
     default: []
+  fabric_manager:
+    description:
+      - Whether the driver comes with NVIDIA's fabric manager (C(nvidia-fabricmanager-<branch>) and
+        C(libnvidia-nscq-<branch>), Ubuntu style), at exactly the driver's version, held and upgraded with it.
+      - V(auto) where O(nvswitches) lists an NVSwitch (HGX boards); V(always) is refused on a host without one
+        (the fabric manager exits with NV_WARN_NOTHING_TO_DO there); V(never) leaves it out.
+      - An NVSwitch host in the Debian style is refused unless V(never) (Debian's archive has no fabric manager);
+        a fabric manager package the archive lacks at the driver's version fails the plan, naming both.
+    type: str
+    default: auto
+    choices: [auto, always, never]
+  nvswitches:
+    description: PCI addresses of the NVSwitch functions (nvidia_gpu_facts' C(nvswitches)).
+    type: list
+    elements: str
+    default: []
   reboot:
     description: The role's reboot policy; with V(never) a needed reboot is also reported as a warning.
     type: str
@@ -158,6 +174,14 @@ kernel_modules:
   type: str
 kernel_modules_reason:
   description: Why that flavour.
+  returned: success
+  type: str
+fabric_manager:
+  description: Whether the fabric manager's packages are part of the driver (an NVSwitch host).
+  returned: success
+  type: bool
+fabric_manager_reason:
+  description: Why (the NVSwitches on the bus, or why not).
   returned: success
   type: str
 packages:
@@ -335,6 +359,8 @@ def main():
             debian_kernel_packages=dict(type="dict", default={"open": "nvidia-open-kernel-dkms",
                                                               "proprietary": "nvidia-kernel-dkms"}),
             extra_packages=dict(type="list", elements="str", default=[]),
+            fabric_manager=dict(type="str", default="auto", choices=["auto", "always", "never"]),
+            nvswitches=dict(type="list", elements="str", default=[]),
             reboot=dict(type="str", default="auto", choices=["auto", "never"]),
             nvidia_smi_path=dict(type="path", default="/usr/bin/nvidia-smi"),
             record_path=dict(type="path", default="/etc/ansible/facts.d/gpuhost.fact"),
@@ -348,7 +374,8 @@ def main():
     request = {"style": p["package_style"], "flavor": p["flavor"], "kernel_modules": p["kernel_modules"],
                "branch": p["branch"], "version": p["version"] or "", "upgrade": p["upgrade"],
                "debian_packages": p["debian_packages"], "debian_kernel_packages": p["debian_kernel_packages"],
-               "extra_packages": p["extra_packages"], "sources_pending": p["sources_pending"]}
+               "extra_packages": p["extra_packages"], "sources_pending": p["sources_pending"],
+               "fabric_manager": p["fabric_manager"], "nvswitches": p["nvswitches"]}
     gpus = gpu_summary(p["pci_devices"])
     try:
         if not p["query_host"]:

@@ -145,6 +145,21 @@ ansible_facts:
         nvidia_smi_form:
           description: Which nvidia-smi output the facts came from (C(xml), C(csv_query_gpu), C(error)).
           type: str
+        nvswitches:
+          description: PCI addresses of the NVSwitch functions on the bus (HGX boards; 10de:1af1, 10de:22a3).
+          type: list
+          elements: str
+        fabric:
+          description:
+            - C(needed) (the host has an NVSwitch fabric and so needs nvidia-fabricmanager), C(reason), C(state)
+              (C(ready), C(not_ready), C(failed), C(unhealthy), C(not_applicable), C(unknown)), C(message), and
+              C(gpus) (each GPU's C(pci_bus_id), C(state), C(status), C(clique_id) from C(nvidia-smi -q -x)).
+          type: dict
+        topology:
+          description:
+            - C(nvidia-smi topo -m) as C(devices), C(gpus), C(links) (device to device to cell such as C(NV18),
+              C(PIX), C(SYS)), C(cpu_affinity), C(numa_affinity), C(gpu_numa_id); null where it did not answer.
+          type: dict
         warnings:
           description: Things worth a look that do not change the state.
           type: list

@@ -6,7 +6,7 @@ Inputs: the host's record (`ansible_local.gpuhost`, written by the roles), the l
 recorded serving containers. Output: per layer, what drifted and whether a drift run may repair it.
 """
 
-LAYERS = ("driver", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "serving")
+LAYERS = ("driver", "fabric", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "serving")
 
 # How a drift run may deal with a finding: `auto` through the roles' own tasks and handlers (runtime
 # configure, CDI regenerate, docker restart, serving restart), `reboot` only where reboots are allowed,
@@ -157,6 +157,9 @@ def compare(record, stack, dpkg, serving=None, allow_reboot=False):
     record = record or {}
     layers = {
         "driver": driver_findings(record, stack, dpkg, allow_reboot),
+        # The fabric manager missing, left at another version by a driver upgrade, or stopped: the driver role
+        # installs it at the loaded driver's version and (re)starts it.
+        "fabric": _layer_failed(stack, "fabric", "fabric_manager", AUTO, "NVSwitch fabric"),
         "persistence": _layer_failed(stack, "persistence", "persistence_off", AUTO, "persistence mode"),
         "docker": _layer_failed(stack, "docker", "docker_down", AUTO, "docker"),
         "toolkit": _layer_failed(stack, "toolkit", "toolkit_missing", AUTO, "toolkit"),

@@ -35,6 +35,7 @@ class DriverChoiceError(ValueError):
 STYLES = ("ubuntu", "debian")
 FLAVORS = ("server", "desktop")
 KERNEL_MODULES = ("auto", "open", "proprietary")
+FABRIC_MANAGER_MODES = ("auto", "always", "never")
 # Binary packages built from NVIDIA's driver sources: Ubuntu nvidia-*/libnvidia-*/linux-*-nvidia-*,
 # xserver-xorg-video-nvidia-*; Debian also libcuda1, libnvcuvid1, libnvoptix1, ...
 DRIVER_PACKAGE = re.compile(r"nvidia|^libcuda|^libnv")
@@ -221,6 +222,9 @@ def validate_request(request):
     if request.get("kernel_modules") not in KERNEL_MODULES:
         raise DriverChoiceError("nvidia_driver_kernel_modules must be auto, open or proprietary, got %r"
                                 % request.get("kernel_modules"))
+    if (request.get("fabric_manager") or "auto") not in FABRIC_MANAGER_MODES:
+        raise DriverChoiceError("nvidia_driver_fabric_manager must be auto, always or never, got %r"
+                                % request.get("fabric_manager"))
     branch = str(request.get("branch") or "auto")
     if branch != "auto" and not _BRANCH.match(branch):
         raise DriverChoiceError("nvidia_driver_branch must be a branch number such as 580, or auto; got %r" % branch)
@@ -291,14 +295,48 @@ def check_branch(branch, gpus, source):
                 "it" if len(low) == 1 else "them", need))
 
 
+def fabric_manager_wanted(request):
+    """(wanted, reason): an NVSwitch (HGX) host needs nvidia-fabricmanager at exactly the driver's version, or
+    every CUDA program fails with 802 while nvidia-smi looks healthy. request["nvswitches"]: the NVSwitch
+    PCI addresses (nvidia_gpu_facts); request["fabric_manager"]: auto | always | never."""
+    mode = request.get("fabric_manager") or "auto"
+    switches = request.get("nvswitches") or []
+    if mode == "never":
+        return False, "nvidia_driver_fabric_manager: never%s" % (
+            " (%d NVSwitch on the PCI bus: CUDA fails with 802 until a fabric manager at the driver's version "
+            "runs)" % len(switches) if switches else "")
+    if not switches:
+        if mode == "always":
+            raise DriverChoiceError(
+                "nvidia_driver_fabric_manager is always, but this host has no NVSwitch on the PCI bus: the fabric "
+                "manager exits there with NV_WARN_NOTHING_TO_DO and its service fails. Fix: "
+                "nvidia_driver_fabric_manager: auto")
+        return False, "no NVSwitch on the PCI bus"
+    if request["style"] != "ubuntu":
+        raise DriverChoiceError(
+            "this host has %d NVSwitch (%s): it needs nvidia-fabricmanager at the driver's exact version, which "
+            "Debian's archive does not carry. Fix: an Ubuntu host (nvidia_driver_package_style: ubuntu with "
+            "Ubuntu's archive), or nvidia_driver_fabric_manager: never to install the driver alone (CUDA then "
+            "fails with 802 until a matching fabric manager runs)" % (len(switches), ", ".join(switches[:4])))
+    return True, "%d NVSwitch on the PCI bus (%s)" % (len(switches), ", ".join(switches[:4]))
+
+
+def fabric_manager_packages(branch):
+    """Ubuntu's fabric manager packages of a branch (no -server/-open variants; they depend on the exact
+    nvidia-kernel-common-<branch>-server-<version>: docs/research/hgx-fabric-manager.md 1b)."""
+    return ["nvidia-fabricmanager-%d" % branch, "libnvidia-nscq-%d" % branch]
+
+
 def precheck(request, gpus):
     """Every refusal that needs no host query: run before anything on the host changes."""
     validate_request(request)
     modules, reason = resolve_kernel_modules(request["kernel_modules"], gpus)
     branch, source = requested_branch(request)
     check_branch(branch, gpus, source)
+    fabric, fabric_reason = fabric_manager_wanted(request)
     return {"kernel_modules": modules, "kernel_modules_reason": reason, "branch": branch,
-            "branch_source": source, "min_branch": min_branch(gpus)}
+            "branch_source": source, "min_branch": min_branch(gpus), "fabric_manager": fabric,
+            "fabric_manager_reason": fabric_reason}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -482,6 +520,8 @@ def plan(request, gpus, query):
     check_branch(branch, gpus, source)
     modules = pre["kernel_modules"]
     packages = top_packages(request, branch, modules)
+    fabric = fabric_manager_packages(branch) if pre["fabric_manager"] else []
+    packages += [name for name in fabric if name not in packages]
     main = packages[0]
     madison = query.madison(packages)
     available = sorted((v for v in madison.get(main, []) if version_branch(v) == branch),
@@ -525,6 +565,13 @@ def plan(request, gpus, query):
         install.append({"name": name, "version": version,
                         "spec": "%s=%s" % (name, version) if version else name,
                         "installed": dpkg.get(name, {}).get("version") if dpkg.get(name, {}).get("installed") else None})
+    lacking = [p["name"] for p in install if p["name"] in fabric and p["version"] is None]
+    if lacking:
+        offered = sorted(set(upstream_version(v) for v in madison.get(lacking[0], [])), key=cmp_to_key(compare_versions))
+        raise DriverChoiceError(
+            "%s %s is not in the apt sources (they offer %s): the fabric manager must be exactly the driver's "
+            "version or it refuses to start, so the driver stays as it is. Fix: a driver version the archive has "
+            "the fabric manager for (nvidia_driver_version)" % (lacking[0], upstream, ", ".join(offered) or "none"))
     satisfied = all(p["installed"] and (p["version"] is None or p["installed"] == p["version"]) for p in install)
     if satisfied:
         action = "none"
@@ -549,6 +596,7 @@ def _plan_result(pre, branch, source, modules, packages, installed, dpkg, **chos
         "packages": packages, "main_package": packages[0],
         "install": [p["spec"] for p in install], "package_versions": install, "installed": installed,
         "unattended_upgrades": bool(dpkg.get("unattended-upgrades", {}).get("installed")),
+        "fabric_manager": pre["fabric_manager"], "fabric_manager_reason": pre["fabric_manager_reason"],
     }, **chosen)
 
 

@@ -18,6 +18,8 @@ try:
     from ansible.module_utils.host_parse import (
         HostParseError, driver_branch, nvidia_gpus, parse_lspci, parse_proc_version,
         pci_device_from_sysfs)
+    from ansible.module_utils.fabric_manager import needs_fabric_manager, nvswitches
+    from ansible.module_utils.gpu_topology import fabric_verdict, parse_fabric_xml, parse_topo_matrix
 except ImportError:
     from nvsmi_parse import (
         COMPUTE_APPS_FIELDS, GPU_QUERY_FIELDS, GPU_QUERY_FIELDS_EXTENDED, ParseError,
@@ -26,6 +28,8 @@ except ImportError:
     from host_parse import (
         HostParseError, driver_branch, nvidia_gpus, parse_lspci, parse_proc_version,
         pci_device_from_sysfs)
+    from fabric_manager import needs_fabric_manager, nvswitches
+    from gpu_topology import fabric_verdict, parse_fabric_xml, parse_topo_matrix
 
 DEFAULT_PROC_VERSION_PATH = "/proc/driver/nvidia/version"
 SYSFS_PCI_DEVICES = "/sys/bus/pci/devices"
@@ -34,7 +38,7 @@ TIMEOUT_RC = 124  # coreutils `timeout` exit status when the command ran out of 
 FACT_KEYS = (
     "state", "message", "driver_version_kernel", "driver_version_userspace", "driver_branch",
     "cuda_driver_version", "gpu_count", "gpus", "processes", "pci_devices", "pci_source",
-    "kernel_modules", "nvidia_smi_path", "nvidia_smi_form", "warnings",
+    "kernel_modules", "nvidia_smi_path", "nvidia_smi_form", "nvswitches", "fabric", "topology", "warnings",
 )
 
 
@@ -174,6 +178,8 @@ def capture(io, nvidia_smi_path=None, proc_version_path=DEFAULT_PROC_VERSION_PAT
                 "proc_version_path": proc_version_path}
     if smi:
         captures["smi"] = _smi_attempts(io, smi)
+        if captures["smi"][0]["rc"] == 0:
+            captures["topo"] = _attempt(io, "topo", [smi, "topo", "-m"])
     lspci = io.which("lspci")
     if lspci:
         captures["lspci"] = _attempt(io, "lspci", [lspci, "-nn", "-D"])
@@ -375,15 +381,43 @@ def build_facts(captures, pid_exists=None):
         "nvidia_smi_form": smi.get("form"),
         "warnings": warnings + list(smi.get("warnings", [])),
     }
+    facts.update(interconnect_facts(captures, state))
     facts["warnings"].extend(_consistency_warnings(facts, kernel, pci_gpus))
     return facts
+
+
+def interconnect_facts(captures, state):
+    """{nvswitches, fabric, topology}: the NVSwitch functions on the PCI bus, each GPU's fabric and whether the
+    host needs the fabric manager (HGX), and `nvidia-smi topo -m` (null where it did not answer)."""
+    lspci = captures.get("lspci") or {}
+    switches = nvswitches(lspci.get("stdout")) if lspci.get("rc") == 0 else []
+    xml = next((a for a in captures.get("smi") or [] if a["kind"] == "xml" and a["rc"] == 0), None)
+    try:
+        fabrics = parse_fabric_xml(xml["stdout"]) if xml and state == "ok" else []
+    except ParseError:
+        fabrics = []
+    needs = needs_fabric_manager(switches, fabrics)
+    verdict = fabric_verdict(fabrics)
+    topo = captures.get("topo") or {}
+    try:
+        topology = parse_topo_matrix(topo["stdout"]) if topo.get("rc") == 0 else None
+    except ParseError:
+        topology = None
+    return {
+        "nvswitches": [d.get("pci_address") for d in switches],
+        "fabric": {"needed": needs["needed"], "reason": needs["reason"], "state": verdict["state"],
+                   "message": verdict["message"],
+                   "gpus": [{"pci_bus_id": f["pci_bus_id"], "state": f["state"], "status": f["status"],
+                             "clique_id": f["clique_id"]} for f in fabrics]},
+        "topology": topology,
+    }
 
 
 def error_facts(message):
     """Facts with every key, for when the pipeline itself broke (a bug, not the GPU layer)."""
     facts = dict((key, None) for key in FACT_KEYS)
     facts.update({"state": "error", "message": message, "gpu_count": 0, "gpus": [], "processes": [],
-                  "pci_devices": [], "kernel_modules": _kernel_modules(None), "warnings": []})
+                  "pci_devices": [], "kernel_modules": _kernel_modules(None), "nvswitches": [], "warnings": []})
     return facts
 
 

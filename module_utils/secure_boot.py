@@ -261,12 +261,16 @@ def module_source(packages=None, modinfo=None, dpkg_s=None, kver=None, module_fi
     modinfo: `modinfo nvidia` (or `modinfo -k <kver> nvidia`): the file modprobe loads decides first.
     dpkg_s: `dpkg -S <that file>`: its owner (a DKMS build has none).
     packages: `dpkg -l` / `dpkg-query -W` lines: a signed linux-modules-nvidia-*-<kver> for kver, or a DKMS
-    package; both installed, or neither, says nothing (modinfo decides)."""
+    package; both installed, or neither, says nothing (modinfo decides).
+    module_file: where modules.dep puts the kernel's nvidia module, which decides when modinfo names no file."""
     info = parse_modinfo(modinfo)
+    source = "modinfo filename"
+    if not info["filename"] and module_file:
+        info["filename"], source = module_file, "modules.dep"
     out = {"kind": None, "package": None, "filename": info["filename"], "signer": info["signer"], "evidence": None}
     kind = module_path_kind(info["filename"])
     if kind:
-        out.update(kind=kind, evidence="modinfo filename: %s" % info["filename"])
+        out.update(kind=kind, evidence="%s: %s" % (source, info["filename"]))
         return out
     if info["signer"] == DKMS_SIGNER:
         out.update(kind=DKMS, evidence="modinfo signer: %s" % DKMS_SIGNER)

@@ -620,3 +620,50 @@ def test_the_module_reads_the_files_apt_reads(tmp_path, monkeypatch):
     assert [p["file"] for p in pins] == [str(parts / "operator-nvidia"), str(tmp_path / "preferences")]
     monkeypatch.setattr(module, "PREFERENCES_PARTS", str(tmp_path / "missing"))
     assert [path for path, _ in module.HostQuery(None).preferences()] == [str(tmp_path / "preferences")]
+
+
+# --- The fabric manager of NVSwitch (HGX) hosts ----------------------------------------------------------
+
+# Addresses as the research's real H100 HGX lspci shows its NVSwitch functions (10de:22a3).
+NVSWITCHES = ["0000:bd:00.0", "0000:be:00.0", "0000:bf:00.0", "0000:c0:00.0"]
+
+
+def fm_madison(versions=("580.105.08", "580.95.05")):
+    return UBUNTU_MADISON.replace("http://archive.ubuntu.com/ubuntu", "MIRROR") + "".join(
+        " %s | %s-0ubuntu0.24.04.1 | MIRROR noble-updates/restricted amd64 Packages\n" % (p, v)
+        for p in ("nvidia-fabricmanager-580", "libnvidia-nscq-580") for v in versions)
+
+
+def hgx_plan(madison, **kw):
+    query = Query(fresh_dpkg(), madison, "", load("ubuntu-drivers-devices_RTXPRO6000-server_gpusim.txt"))
+    return dc.plan(request(style="ubuntu", nvswitches=NVSWITCHES, **kw), gpus_of(BLACKWELL), query)
+
+
+def test_an_nvswitch_host_gets_the_fabric_manager_at_the_drivers_version():
+    result = hgx_plan(fm_madison())
+    assert result["fabric_manager"] is True and "4 NVSwitch on the PCI bus" in result["fabric_manager_reason"]
+    assert result["install"] == ["nvidia-driver-580-server-open=580.105.08-0ubuntu0.24.04.1",
+                                 "nvidia-fabricmanager-580=580.105.08-0ubuntu0.24.04.1",
+                                 "libnvidia-nscq-580=580.105.08-0ubuntu0.24.04.1"]
+    pinned = hgx_plan(fm_madison(), version="580.95.05")
+    assert "nvidia-fabricmanager-580=580.95.05-0ubuntu0.24.04.1" in pinned["install"]
+
+
+def test_a_fabric_manager_the_archive_lacks_at_the_drivers_version_stops_the_plan():
+    with pytest.raises(dc.DriverChoiceError) as err:
+        hgx_plan(fm_madison(versions=("580.95.05",)))
+    assert "nvidia-fabricmanager-580 580.105.08 is not in the apt sources (they offer 580.95.05)" in str(err.value)
+
+
+def test_fabric_manager_modes_and_refusals():
+    without = dc.plan(request(style="ubuntu", nvswitches=NVSWITCHES, fabric_manager="never"), gpus_of(BLACKWELL),
+                      Query(fresh_dpkg(), fm_madison(), "", load("ubuntu-drivers-devices_RTXPRO6000-server_gpusim.txt")))
+    assert without["fabric_manager"] is False and len(without["install"]) == 1
+    assert "802" in without["fabric_manager_reason"]
+    with pytest.raises(dc.DriverChoiceError, match="NV_WARN_NOTHING_TO_DO"):
+        dc.precheck(request(style="ubuntu", fabric_manager="always"), gpus_of(BLACKWELL))
+    with pytest.raises(dc.DriverChoiceError, match="Debian's archive does not carry"):
+        dc.precheck(request(nvswitches=NVSWITCHES), gpus_of(BLACKWELL))
+    with pytest.raises(dc.DriverChoiceError, match="auto, always or never"):
+        dc.precheck(request(fabric_manager="yes"), gpus_of(BLACKWELL))
+    assert dc.precheck(request(), gpus_of(BLACKWELL))["fabric_manager"] is False

@@ -272,9 +272,26 @@ def test_capture_runs_xml_first_and_stops_there():
                 binaries={"nvidia-smi": "/usr/bin/nvidia-smi", "lspci": "/usr/bin/lspci"},
                 files={"/proc/driver/nvidia/version": host("proc-driver-nvidia-version_proprietary_515.76.txt")})
     facts = gf.gather(io)
-    assert io.calls == [["/usr/bin/nvidia-smi", "-q", "-x"], ["/usr/bin/lspci", "-nn", "-D"]]
+    # XML answered: no CSV; `topo -m` for the interconnect (this fake host has none: null)
+    assert io.calls == [["/usr/bin/nvidia-smi", "-q", "-x"], ["/usr/bin/nvidia-smi", "topo", "-m"],
+                        ["/usr/bin/lspci", "-nn", "-D"]]
     assert facts["state"] == "ok" and facts["pci_source"] == "lspci"
     assert facts["gpus"][0]["mig_mode"] is True
+    assert facts["topology"] is None and facts["nvswitches"] == []
+
+
+def test_interconnect_facts_from_real_topo_and_fabric():
+    """8x B200 HGX `topo -m` (NV18 everywhere) and the 590 XML's fabric (State N/A: no NVSwitch fabric)."""
+    topo = load(os.path.join(FIXTURES, "fabric"), "topo-m_8xB200-HGX_NV18_595.91.07.txt")
+    io = FakeIO(commands={("/usr/bin/nvidia-smi", "-q"): (0, smi("043_qx_590.44.01_RTX-PRO-6000-Blackwell_v13.xml"), ""),
+                          ("/usr/bin/nvidia-smi", "topo"): (0, topo, "")},
+                binaries={"nvidia-smi": "/usr/bin/nvidia-smi"},
+                files={"/proc/driver/nvidia/version": host("proc-driver-nvidia-version_proprietary_515.76.txt")})
+    facts = gf.gather(io)
+    assert facts["topology"]["gpus"] == ["GPU%d" % i for i in range(8)]
+    assert facts["topology"]["links"]["GPU0"]["GPU7"] == "NV18"
+    assert facts["fabric"]["needed"] is False and facts["fabric"]["state"] == "not_applicable"
+    assert facts["fabric"]["gpus"][0]["state"] == "N/A"
 
 
 def test_capture_falls_back_to_csv_and_retries_older_fields():

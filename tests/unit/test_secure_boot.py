@@ -578,3 +578,11 @@ def test_dkms_refusal_under_secure_boot():
     io.blobs[sb.SECUREBOOT_EFIVAR] = bytes([6, 0, 0, 0, 0])
     io.commands = {}
     assert sb.boot_facts(sb.capture(io, "Debian"))["dkms_refusal"] is None
+
+
+def test_modules_dep_decides_the_source_where_modinfo_says_nothing():
+    """A DKMS build per the real modules.dep excerpt (Debian forky) with no modinfo to ask."""
+    io = BootIO({"/proc/sys/kernel/osrelease": "6.12.48-amd64\n",
+                 "/lib/modules/6.12.48-amd64/modules.dep": load(DEP_1517)})
+    module = sb.boot_facts(sb.capture(io, "Debian"))["module"]
+    assert module["kind"] == sb.DKMS and module["evidence"] == "modules.dep: /lib/modules/6.12.48-amd64/updates/dkms/nvidia.ko.xz"
