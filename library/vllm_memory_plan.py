@@ -158,6 +158,12 @@ options:
   models_dir:
     description: Host directory holding the instances' model directories.
     type: path
+  topology:
+    description:
+      - C(nvidia-smi topo -m) as nvidia_gpu_facts reports it (C(ansible_facts.nvidia.topology)), with O(host_instances).
+      - A tensor-parallel instance whose GPUs cross PCIe or the SMP interconnect while NVLink-joined GPUs of the same
+        number are free (no other instance uses them) gets a warning naming them (C(placement)).
+    type: dict
   measured_path:
     description: Measurements of earlier starts on this host (JSON); a missing file is none.
     type: path
@@ -196,6 +202,13 @@ changed:
   description: Always false.
   returned: always
   type: bool
+placement:
+  description:
+    - With O(host_instances) and O(topology), each instance placed across a slow link while NVLink-joined GPUs are
+      free - C(name), C(gpus), C(slowest_link), C(better) (GPU indexes), C(message); also given as warnings.
+  returned: when host_instances is given
+  type: list
+  elements: dict
 plan:
   description: The memory plan (single-instance call).
   returned: when O(host_instances) is not given
@@ -262,8 +275,10 @@ from ansible.module_utils.basic import AnsibleModule
 try:
     from ansible.module_utils.vllm_plan import (PlanError, held_by_others, load_measurements, plan, plan_host,
                                                 refuse_message)
+    from ansible.module_utils.gpu_topology import placement_warnings
 except ImportError:  # unit tests import the module file directly
     from vllm_plan import PlanError, held_by_others, load_measurements, plan, plan_host, refuse_message
+    from gpu_topology import placement_warnings
 
 SINGLE = ("gpu_memory_mib", "gpu_reserved_mib", "gpu_name", "gpu_memory_utilization", "max_model_len",
           "model_dir", "weights_gib", "kv_bytes_per_token", "non_torch_gib", "activation_gib", "cuda_graph_gib",
@@ -302,6 +317,7 @@ ARGUMENT_SPEC = dict(
     processes=dict(type="list", elements="dict", default=[]),
     own_container_ids=dict(type="list", elements="str", default=[]),
     models_dir=dict(type="path"),
+    topology=dict(type="dict"),
     measured_path=dict(type="path", default="/var/lib/gpuhost/vllm-measured.json"),
     fail_on_refuse=dict(type="bool", default=False),
 )
@@ -325,6 +341,8 @@ def run(params, read=read_file):
         measurements = load_measurements(read(params["measured_path"]))
         result = plan_host(params["host_instances"], params["gpus"], params["models_dir"], held, measurements)
         result["held_mib"] = held
+        result["placement"] = placement_warnings(params["topology"], params["host_instances"]) \
+            if params.get("topology") else []
         failure = result["message"] if params["fail_on_refuse"] and result["refused"] else None
         return result, failure
     inputs = {key: params.get(key) for key in SINGLE}
@@ -347,6 +365,8 @@ def main():
         result, failure = run(module.params)
     except PlanError as exc:
         module.fail_json(msg="vllm memory plan: %s" % exc, changed=False)
+    for placed in result.get("placement") or []:
+        module.warn(placed["message"])
     if failure:
         module.fail_json(msg=failure, changed=False, **result)
     module.exit_json(changed=False, **result)

@@ -145,6 +145,30 @@ def nvlink_groups(topo, size):
     return groups
 
 
+def placement_warnings(topo, instances):
+    """Tensor-parallel instances placed across a slow link while NVLink-joined GPUs are free: [{name, gpus,
+    slowest_link, better, message}]. instances: [{name, gpu_indexes}] as the vllm role resolved them (one
+    GPU each needs no link); "free" = used by no other instance. GPUs topo -m does not list are skipped."""
+    out = []
+    used = dict((inst["name"], set(_gpu_name(int(i)) for i in inst.get("gpu_indexes") or [])) for inst in instances)
+    for inst in instances:
+        names = [_gpu_name(int(i)) for i in inst.get("gpu_indexes") or []]
+        if len(names) < 2 or any(n not in topo["gpus"] for n in names):
+            continue
+        tp = check_tensor_parallel(topo, names)
+        if tp["all_nvlink"]:
+            continue
+        others = set().union(*[g for n, g in used.items() if n != inst["name"]]) if len(used) > 1 else set()
+        free = dict(topo, gpus=[g for g in topo["gpus"] if g not in others])
+        better = nvlink_groups(free, len(names))
+        if not better:
+            continue
+        indexes = [int(g[3:]) for g in better[0]]
+        out.append({"name": inst["name"], "gpus": names, "slowest_link": tp["slowest_link"], "better": indexes,
+                    "message": "instance %s: %s; GPUs %s are joined by NVLink and no other instance uses them: "
+                               "gpus: %s" % (inst["name"], tp["message"], ", ".join(better[0]), indexes)})
+    return out
+
 # ---------------------------------------------------------------------------------------------
 # Fabric (NVSwitch) state per GPU, from nvidia-smi -q or a grep -A excerpt of it
 

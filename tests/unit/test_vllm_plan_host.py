@@ -274,3 +274,40 @@ def test_host_mode_module_reads_cgroups_and_the_store(models, tmp_path):
     assert not result.get("failed") and result["changed"] is False
     assert result["held_mib"] == {"0": 1234} or result["held_mib"] == {0: 1234}
     assert result["plans"]["a"]["held_mib"] == 1234 and result["lines"][0].startswith("vllm plan a: ")
+
+
+# ------------------------------------------------------------------ tensor parallelism and the topology
+
+DGX1 = os.path.join(FIXTURES, "fabric", "topo-m_8xV100-DGX1_hybrid-cube-mesh_NV1-NV2-SYS_msccl-tools.txt")
+
+
+def test_placement_warning_names_free_nvlink_gpus():
+    """The DGX-1's hybrid cube mesh (real topo -m): GPU0 and GPU5 cross SYS; GPU0-3 and GPU4-7 are NVLink-joined
+    fours. With GPU0 taken by another instance, the first free NVLink pair keeps GPU1 (its own) with GPU2."""
+    import gpu_topology
+    with open(DGX1, encoding="utf-8") as handle:
+        topo = gpu_topology.parse_topo_matrix(handle.read())
+    warned = gpu_topology.placement_warnings(topo, [{"name": "tp2", "gpu_indexes": [0, 5]}])
+    assert [(w["name"], w["slowest_link"], w["better"]) for w in warned] == [("tp2", "SYS", [0, 1])]
+    assert "crosses SYS" in warned[0]["message"] and "gpus: [0, 1]" in warned[0]["message"]
+    other = [{"name": "tp2", "gpu_indexes": [1, 4]}, {"name": "single", "gpu_indexes": [0]}]
+    assert gpu_topology.placement_warnings(topo, other)[0]["better"] == [1, 2]
+    # NVLink-joined already, a single GPU, or no NVLink-joined set free: nothing to say
+    assert gpu_topology.placement_warnings(topo, [{"name": "ok", "gpu_indexes": [0, 1, 2, 3]},
+                                                  {"name": "one", "gpu_indexes": [5]}]) == []
+    # x crosses SYS, but the only GPUs free of y are its own two; y's six cannot all be NVLink-joined
+    busy = [{"name": "x", "gpu_indexes": [0, 5]}, {"name": "y", "gpu_indexes": [1, 2, 3, 4, 6, 7]}]
+    assert gpu_topology.placement_warnings(topo, busy) == []
+
+
+def test_host_mode_module_warns_about_a_placement(models, tmp_path):
+    import gpu_topology
+    with open(DGX1, encoding="utf-8") as handle:
+        topo = gpu_topology.parse_topo_matrix(handle.read())
+    gpus = [dict(H100, index=i) for i in range(8)]
+    result = run_ansible_module("vllm_memory_plan", {
+        "host_instances": [instance("tp2", "qwen3-4b", [0, 5], 0.5, 8192)], "gpus": gpus, "models_dir": models,
+        "measured_path": str(tmp_path / "none.json"), "topology": topo}, "--check")
+    assert not result.get("failed")
+    assert result["placement"][0]["better"] == [0, 1]
+    assert any("gpus: [0, 1]" in w for w in result.get("warnings", []))
