@@ -281,13 +281,13 @@ xids:
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from ansible.module_utils.gpu_facts import ModuleHostIO
+    from ansible.module_utils.gpu_facts import module_host_io
     from ansible.module_utils.stack_check import (
         DEFAULT_CHECK_IMAGE, DEFAULT_CUDA_PROBE_COMMAND, DEFAULT_CUDA_PROBE_IMAGE, DEFAULT_REQUIRED_LAYERS,
         DEFAULT_TOOLKIT_PACKAGES, LAYERS, capture, evaluate,
         kernel_log_argv)
 except ImportError:  # run outside Ansible (unit tests put module_utils/ on sys.path)
-    from gpu_facts import ModuleHostIO
+    from gpu_facts import module_host_io
     from stack_check import (
         DEFAULT_CHECK_IMAGE, DEFAULT_CUDA_PROBE_COMMAND, DEFAULT_CUDA_PROBE_IMAGE, DEFAULT_REQUIRED_LAYERS,
         DEFAULT_TOOLKIT_PACKAGES, LAYERS, capture, evaluate,
@@ -317,8 +317,6 @@ ARGUMENT_SPEC = dict(
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
-    if params["timeout"] <= 0:
-        module.fail_json(msg="timeout must be a positive number of seconds, got %d" % params["timeout"])
     argv = kernel_log_argv(params["kernel_log_command"])
     if not argv:
         module.fail_json(msg="kernel_log_command is empty")
@@ -340,7 +338,7 @@ def main():
         "container_engine": params["container_engine"],
         "containerd_namespace": params["containerd_namespace"],
     }
-    io = ModuleHostIO(module, params["timeout"])
+    io = module_host_io(module)
     diagnosis = evaluate(capture(io, options), options)
     if params["fail_on_required"] and diagnosis["failed_layer"]:
         module.fail_json(msg=diagnosis["message"], changed=False, **dict((k, v) for k, v in diagnosis.items()

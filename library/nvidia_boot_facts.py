@@ -82,10 +82,10 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from ansible.module_utils.gpu_facts import ModuleHostIO
+    from ansible.module_utils.gpu_facts import module_host_io
     from ansible.module_utils.secure_boot import boot_facts, capture, next_boot_problem
 except ImportError:  # unit tests put module_utils/ on sys.path
-    from gpu_facts import ModuleHostIO
+    from gpu_facts import module_host_io
     from secure_boot import boot_facts, capture, next_boot_problem
 
 ARGUMENT_SPEC = dict(
@@ -97,9 +97,7 @@ ARGUMENT_SPEC = dict(
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    if module.params["timeout"] <= 0:
-        module.fail_json(msg="timeout must be a positive number of seconds, got %d" % module.params["timeout"])
-    io = ModuleHostIO(module, module.params["timeout"])
+    io = module_host_io(module)
     facts = boot_facts(capture(io, module.params["distribution"]), module.params["branch"])
     facts["next_boot_problem"] = next_boot_problem(facts)
     module.exit_json(changed=False, ansible_facts={"nvidia_boot": facts})

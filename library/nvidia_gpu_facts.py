@@ -170,9 +170,9 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from ansible.module_utils.gpu_facts import ModuleHostIO, error_facts, gather
+    from ansible.module_utils.gpu_facts import error_facts, gather, module_host_io
 except ImportError:  # run outside Ansible (unit tests put module_utils/ on sys.path)
-    from gpu_facts import ModuleHostIO, error_facts, gather
+    from gpu_facts import error_facts, gather, module_host_io
 
 ARGUMENT_SPEC = dict(
     nvidia_smi_path=dict(type="path"),
@@ -183,9 +183,7 @@ ARGUMENT_SPEC = dict(
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    if module.params["timeout"] <= 0:
-        module.fail_json(msg="timeout must be a positive number of seconds, got %d" % module.params["timeout"])
-    io = ModuleHostIO(module, module.params["timeout"])
+    io = module_host_io(module)
     try:
         facts = gather(io, module.params["nvidia_smi_path"], module.params["proc_version_path"])
     except Exception as exc:  # a bug here must not fail the play; report it as the state

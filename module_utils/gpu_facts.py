@@ -121,6 +121,14 @@ class ModuleHostIO(HostIO):
             return 127, "", "%s: %s" % (argv[0], exc)
 
 
+def module_host_io(module):
+    """The ModuleHostIO of a module whose `timeout` option bounds each command (refused unless positive)."""
+    timeout = module.params["timeout"]
+    if timeout <= 0:
+        module.fail_json(msg="timeout must be a positive number of seconds, got %d" % timeout)
+    return ModuleHostIO(module, timeout)
+
+
 # ---------------------------------------------------------------------------------------------
 # capture: what runs on the host
 
