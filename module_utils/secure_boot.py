@@ -618,9 +618,9 @@ def boot_facts(caps, branch=None):
     with_module = [k for k in installed if paths.get(k) or (k != running and k not in without)]
     if running and deps.get(running) is not None and not running_path:
         stranded.insert(0, {"kver": running, "newer": False,
-                            "fix": "reinstall the driver's kernel module package: modules.dep of the running "
-                                   "kernel %s lists no nvidia module (`dkms status` says whether a build failed)"
-                                   % running})
+                            "fix": "install (or reinstall) the driver's kernel module package: modules.dep of "
+                                   "the running kernel %s lists no nvidia module (site.yml --tags driver; `dkms "
+                                   "status` says whether a build failed)" % running})
     dkms = load_verdict(state, DKMS, test_key["enrolled"] if test_key else None, caps.get("distribution"), branch,
                         None, signed.get("open", False))
     next_boot = next_boot_kernel(installed)

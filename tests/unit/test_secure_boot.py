@@ -520,7 +520,7 @@ def test_running_kernel_whose_module_is_gone():
                  "/lib/modules/6.1.0-28-amd64/modules.dep": "kernel/fs/fat/fat.ko:\n"})
     facts = sb.boot_facts(sb.capture(io, "Debian"))
     assert facts["kernels"]["next_boot"] == "6.1.0-28-amd64"
-    assert "reinstall the driver's kernel module package" in sb.next_boot_problem(facts)
+    assert "install (or reinstall) the driver's kernel module package" in sb.next_boot_problem(facts)
     # a kernel whose modules.dep cannot be read (no /lib/modules/<kver>) says nothing about the module
     io.files.pop("/lib/modules/6.1.0-28-amd64/modules.dep")
     assert sb.next_boot_problem(sb.boot_facts(sb.capture(io, "Debian"))) is None
