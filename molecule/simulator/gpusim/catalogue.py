@@ -57,6 +57,7 @@ MODELS = {
         "name": "NVIDIA H100 80GB HBM3",
         "brand": "NVIDIA",
         "architecture": "Hopper",
+        "nvlinks": 18,                     # bonded NVLinks to the NVSwitches (topo -m NV18)
         "compute_capability": "9.0",
         "memory_total_mib": 81559,
         "memory_reserved_mib": 479,        # 003
@@ -87,6 +88,7 @@ MODELS = {
         "name": "NVIDIA H200",
         "brand": "NVIDIA",
         "architecture": "Hopper",
+        "nvlinks": 18,                     # bonded NVLinks to the NVSwitches (topo -m NV18)
         "compute_capability": "9.0",
         "memory_total_mib": 143771,
         "memory_reserved_mib": 551,
@@ -147,6 +149,7 @@ MODELS = {
         "name": "NVIDIA A100-SXM4-80GB",
         "brand": "NVIDIA",
         "architecture": "Ampere",
+        "nvlinks": 12,                     # bonded NVLinks to the NVSwitches (topo -m NV12)
         "compute_capability": "8.0",
         "memory_total_mib": 81920,
         "memory_reserved_mib": 569,

@@ -25,6 +25,7 @@ from xml.sax.saxutils import escape
 from . import catalogue
 from . import reload as _reload
 from . import state as st
+from . import topo as _topo
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 
@@ -852,8 +853,11 @@ def select(smi, views_all, ids):
 
 def run(argv, state_path=None, now=None, euid=None):
     """-> (stdout text, exit code). Everything nvidia-smi prints goes to stdout, as the real one does."""
+    topo_matrix = list(argv[:1]) == ["topo"]
+    if topo_matrix and list(argv[1:]) not in (["-m"], ["--matrix"]):
+        return MSG_INVALID + "\n", RC_INVALID
     try:
-        args = parse_args(argv)
+        args = parse_args([] if topo_matrix else argv)
     except ValueError:
         return MSG_INVALID + "\n", RC_INVALID
     state = st.load(state_path)
@@ -877,6 +881,8 @@ def run(argv, state_path=None, now=None, euid=None):
                        "Reboot the system to recover this GPU\n" % g["pci_bus_id"][4:] for g in lost), RC_LOST
     if not gpus:
         return MSG_NO_DEVICES + "\n", RC_NOTFOUND
+    if topo_matrix:
+        return _topo.render(state, gpus), RC_OK
     views_all = [smi.view(g, i) for i, g in enumerate(gpus)]
     views = select(smi, views_all, args.ids)
     if views is None:
