@@ -124,7 +124,8 @@ ENTRIES = (
        "set up the fabric, so no CUDA program can start while nvidia-smi still looks healthy",
        "install nvidia-fabricmanager at exactly the driver's version and start it: `systemctl enable --now "
        "nvidia-fabricmanager`; check `nvidia-smi -q | grep -A3 Fabric` (State Completed, Status Success)",
-       "site.yml --tags driver (fabric manager on HGX hosts)", gate=("802", "not yet initialized")),
+       "site.yml --tags driver (fabric manager on HGX hosts)", scopes={"cuda": "system_not_ready"},
+       gate=("802", "not yet initialized")),
     _e("fabric_manager_version_mismatch", "fabric",
        r"fabric manager NVIDIA GPU driver interface version \S+ don'?t match with driver version \S+",
        "the fabric manager's version differs from the loaded driver's, so it refuses to start (a driver upgrade "

@@ -1083,3 +1083,14 @@ def test_no_nvswitch_needs_no_fabric_manager():
     assert out["layers"]["fabric"]["status"] == "ok"
     # no fabric block at all (nvidia-smi does not answer) and no NVSwitch on the bus: nothing to judge
     assert sc.check_fabric([], "", "", None, None)["status"] == "skipped"
+
+
+def test_a_cuda_program_failing_with_802_names_the_fabric_manager():
+    """A real CUDA sample on an HGX host whose fabric is not set up (bandwidthTest: 802): nvidia-smi -L would
+    pass there; the probe's failure names the fabric manager."""
+    cap = {"argv": list(PROBE_RUN), "rc": 1, "stdout": load(os.path.join(FIXTURES, "fabric"),
+                                                              "cuda-802_bandwidthTest_cudaErrorSystemNotReady.txt"),
+           "stderr": ""}
+    probe = sc.check_cuda_probe(cap, "probe")
+    assert probe["status"] == "fail" and probe["data"]["cause"] == "system_not_ready"
+    assert "fabric manager" in probe["summary"] and "nvidia-fabricmanager" in probe["remedy"]
