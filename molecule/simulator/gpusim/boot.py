@@ -30,6 +30,7 @@ import sys
 import uuid
 
 from . import catalogue
+from . import fabric as _fabric
 from . import state as st
 
 NVIDIA_MAJOR = 195
@@ -116,6 +117,7 @@ def apply_state(state):
     state["boot"] = {"count": int((state.get("boot") or {}).get("count") or 0) + 1, "id": str(uuid.uuid4())}
     state["processes"] = []
     state["persistenced"] = {"pid": None, "persistence": False, "enabled": []}
+    _fabric.reset_at_boot(state)
     for g in state["gpus"]:
         g["persistence_mode"] = False
         g.pop("lost", None)

@@ -1,6 +1,7 @@
 """gpusim: the test's control tool for the simulated GPU host (never called by the product).
 
   gpusim init --gpus MODEL[,MODEL...] [--branches 570,580] [--bus 17,31,...] [--driver VER[:open|proprietary]]
+              [--nvswitches N]    (an HGX board: N NVSwitch functions, 10de:22a3; H100/H200 boards have 4)
   gpusim show [--json] | gpusim get PATH | gpusim set PATH VALUE
   gpusim fault list
   gpusim fault no_driver [on|off]
@@ -34,11 +35,14 @@ import time
 import uuid
 
 from . import boot as bootmod
+from .fabric import NOT_SET_UP as FABRIC_NOT_SET_UP
 from . import catalogue
 from . import smi
 from . import state as st
 
 DEFAULT_BUSES = ["17", "31", "4b", "65", "98", "b1", "ca", "e3"]
+# An HGX H100 board's four NVSwitch functions sit on their own buses (the real lspci of the research: bd-bf...).
+NVSWITCH_BUSES = ["bd", "be", "bf", "c0", "c1", "c2"]
 
 # Xid messages as the driver logs them (NVIDIA "Xid Errors" catalogue; public kernel logs), after
 # `NVRM: Xid (PCI:0000:17:00): <code>, pid=<pid>, name=<name>, `.
@@ -71,8 +75,13 @@ def _serial():
     return "1" + "".join(random.choice("0123456789") for _ in range(12))
 
 
-def init_state(models, branches=None, buses=None, driver=None):
+def init_state(models, branches=None, buses=None, driver=None, nvswitches=0):
     s = st.default_state()
+    if nvswitches:
+        if nvswitches > len(NVSWITCH_BUSES):
+            raise SystemExit("gpusim: at most %d NVSwitches" % len(NVSWITCH_BUSES))
+        s["nvswitches"] = [{"pci_bus_id": "00000000:%s:00.0" % b.upper()} for b in NVSWITCH_BUSES[:nvswitches]]
+        s["fabric"] = dict(FABRIC_NOT_SET_UP)
     if branches:
         s["repo_branches"] = [str(b) for b in branches]
     buses = list(buses or DEFAULT_BUSES)
@@ -405,9 +414,11 @@ def main(argv=None):
         branches = _opt(args, "--branches")
         buses = _opt(args, "--bus")
         drv = _opt(args, "--driver")
+        switches = _opt(args, "--nvswitches")
         s = init_state([m for m in models.split(",") if m],
                        branches=branches.split(",") if branches else None,
-                       buses=buses.split(",") if buses else None, driver=drv)
+                       buses=buses.split(",") if buses else None, driver=drv,
+                       nvswitches=int(switches) if switches else 0)
         st.save(s, path)
         return 0
     if cmd == "show":

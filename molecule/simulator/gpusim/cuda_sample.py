@@ -25,6 +25,8 @@ SUCCESS = ("Copy input data from the host memory to the CUDA device",
 INSUFFICIENT = "CUDA driver version is insufficient for CUDA runtime version"
 NO_DEVICE = "no CUDA-capable device is detected"
 UNKNOWN = "unknown error"
+# An NVSwitch board whose fabric the fabric manager has not set up: cudaErrorSystemNotReady (802).
+NOT_READY = "system not yet initialized"
 # A whole GPU in MIG mode without a MIG device for the container (fixture 010: A100, MIG M. On).
 BUSY = "CUDA-capable device(s) is/are busy or unavailable"
 # The CUDA of the sample image gpuhost probes with (nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-*).
@@ -56,6 +58,8 @@ def cuda_error(root="/", env=None):
         return NO_DEVICE
     if "nvidia-uvm" not in names or "nvidiactl" not in names:
         return UNKNOWN
+    if state.get("nvswitches") and (state.get("fabric") or {}).get("state") != "Completed":
+        return NOT_READY
     if all(g.get("mig_mode") for g in state["gpus"]):
         return BUSY
     return None

@@ -16,10 +16,16 @@ from . import state as st
 CLASS_NAMES = {
     "0600": "Host bridge", "0601": "ISA bridge", "0604": "PCI bridge", "0300": "VGA compatible controller",
     "0302": "3D controller", "0200": "Ethernet controller", "0108": "Non-Volatile memory controller",
-    "0106": "SATA controller",
+    "0106": "SATA controller", "0680": "Bridge",
 }
 VENDORS = {"8086": "Intel Corporation", "1a03": "ASPEED Technology, Inc.", "10de": "NVIDIA Corporation",
            "144d": "Samsung Electronics Co Ltd"}
+
+# An HGX H100/H200 board's NVSwitch (gen3) as real `lspci -nn` prints it (docs/research/hgx-fabric-manager.md
+# Q5): "bd:00.0 Bridge [0680]: NVIDIA Corporation GH100 [H100 NVSwitch] [10de:22a3] (rev a1)", subsystem
+# 10de:1796. The nvidia module drives it on a real host; the simulator names no driver for it.
+NVSWITCH = {"class": "0680", "vendor": "10de", "device": "22a3", "name": "GH100 [H100 NVSwitch]", "rev": "a1",
+            "svendor": "10de", "sdevice": "1796"}
 
 # (domain, bus, dev, fn, class, vendor, device, name, rev, subsystem vendor, subsystem device, driver)
 HOST_DEVICES = [
@@ -55,6 +61,11 @@ def devices(state):
                     "vendor": "10de", "device": "%04x" % m["pci_device_id"], "name": m["pci_name"],
                     "rev": m.get("pci_rev", "a1"), "svendor": "10de", "sdevice": "%04x" % m["pci_subsystem_id"],
                     "sname": None, "driver": "nvidia" if driven else None, "modules": modules})
+    for switch in state.get("nvswitches") or []:
+        dom, bus, devfn = switch["pci_bus_id"].lower().split(":")
+        dev, fn = devfn.split(".")
+        gpu_slots.add((dom[-4:], bus, dev, fn))
+        out.append(dict(NVSWITCH, domain=dom[-4:], bus=bus, dev=dev, fn=fn, sname=None, driver=None, modules=[]))
     for (dom, bus, dev, fn, cls, ven, did, name, rev, sv, sd, driver) in HOST_DEVICES:
         if (dom, bus, dev, fn) in gpu_slots:
             continue

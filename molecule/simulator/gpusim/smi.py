@@ -23,6 +23,7 @@ import time
 from xml.sax.saxutils import escape
 
 from . import catalogue
+from . import fabric as _fabric
 from . import reload as _reload
 from . import state as st
 from . import topo as _topo
@@ -284,6 +285,14 @@ class Smi:
             "max_mem": "%d MHz" % v["max_clocks"][2], "max_video": "%d MHz" % v["max_clocks"][3],
             "fabric_state": "N/A", "fabric_status": "N/A", "fabric_clique": "N/A", "fabric_cluster": "N/A",
         }
+        fabric = _fabric.fabric_of(self.state)
+        if fabric is not None:
+            # An NVSwitch board (corpus 055/059/060): In Progress / N/A until the fabric manager set it up;
+            # then Completed / Success in clique 0 of the all-zero cluster of a single node.
+            done = fabric.get("state") == _fabric.SET_UP["state"]
+            d.update(fabric_state=fabric["state"], fabric_status=fabric["status"],
+                     fabric_clique="0" if done else "N/A",
+                     fabric_cluster="00000000-0000-0000-0000-000000000000" if done else "N/A")
         for r in REASON_NAMES:
             d["cer_" + r] = act(r)
         for c in ("sw_power_cap", "sync_boost", "sw_therm_slowdown", "hw_therm_slowdown", "hw_power_brake"):

@@ -3,12 +3,13 @@
 # product role). One entry point:
 #
 #   install.sh --gpus MODEL[,MODEL...] [--branches 570,580] [--bus 17,31] [--driver VER[:open|proprietary]]
-#              [--src DIR] [--no-boot] [--keep-state]
+#              [--nvswitches N] [--src DIR] [--no-boot] [--keep-state]
 #
 #   --gpus      catalogue keys: rtx-pro-6000-bse, h100, h200, l4, a100-80gb (gpusim/catalogue.py)
 #   --branches  NVIDIA driver branches the (simulated) apt repo offers; ubuntu-drivers lists these
 #   --bus       PCI buses of the GPUs (hex), default 17,31,4b,...
 #   --driver    pre-install a driver in the state (default: none — a fresh host)
+#   --nvswitches  NVSwitch functions of an HGX board (H100/H200: 4; default none)
 #   --src       the molecule/simulator directory copied to the target (default: this script's ../)
 #   --no-boot   do not run gpusim-boot now (it runs at the next boot anyway)
 #   --keep-state  keep an existing /var/lib/gpu-sim/state.json (re-run of prepare)
@@ -25,6 +26,7 @@ GPUS=""
 BRANCHES=""
 BUS=""
 DRIVER=""
+NVSWITCHES=""
 BOOT=1
 KEEP=0
 ROOT=""
@@ -38,6 +40,8 @@ while [ $# -gt 0 ]; do
         --bus=*) BUS=${1#*=}; shift ;;
         --driver) DRIVER=$2; shift 2 ;;
         --driver=*) DRIVER=${1#*=}; shift ;;
+        --nvswitches) NVSWITCHES=$2; shift 2 ;;
+        --nvswitches=*) NVSWITCHES=${1#*=}; shift ;;
         --src) SRC=$2; shift 2 ;;
         --src=*) SRC=${1#*=}; shift ;;
         --no-boot) BOOT=0; shift ;;
@@ -86,6 +90,7 @@ if [ "$KEEP" = 0 ] || [ ! -e "$STATE" ]; then
     [ -z "$BRANCHES" ] || set -- "$@" --branches "$BRANCHES"
     [ -z "$BUS" ] || set -- "$@" --bus "$BUS"
     [ -z "$DRIVER" ] || set -- "$@" --driver "$DRIVER"
+    [ -z "$NVSWITCHES" ] || set -- "$@" --nvswitches "$NVSWITCHES"
     GPUSIM_STATE=$STATE python3 "$SRC/bin/gpusim" "$@"
     changed=1
 fi

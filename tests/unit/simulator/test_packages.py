@@ -68,7 +68,7 @@ def test_layout_and_summary(repo):
         summary = json.load(fh)
     assert summary["repos"] == {
         "ubuntu": {"layout": "dists", "path": "ubuntu/", "suites": ["noble-updates"],
-                   "components": ["main", "restricted"]},
+                   "components": ["main", "multiverse", "restricted"]},
         "debian": {"layout": "dists", "path": "debian/", "suites": ["bookworm", "trixie"],
                    "components": ["non-free", "non-free-firmware"]},
         "libnvidia-container": {"layout": "flat", "path": "libnvidia-container/stable/deb/amd64/", "suites": ["/"],
@@ -406,3 +406,17 @@ def test_apt_resolves_debian_driver(repo, tmp_path):
     got = installs(res)
     assert res.returncode == 0 and "nvidia-kernel-dkms" not in got and "nvidia-smi" not in got
     assert got["nvidia-open-kernel-dkms"] == "580.105.08-1"
+
+
+
+def test_fabric_manager_packages_lock_the_exact_driver(repo):
+    """Ubuntu's fabric manager and NSCQ (multiverse) Depend on the virtual nvidia-kernel-common-<B>-server-<V>,
+    which only that driver's nvidia-kernel-common-<B>-server Provides (docs/research/hgx-fabric-manager.md 1b)."""
+    multiverse = index(repo, "ubuntu/dists/noble-updates/multiverse/binary-amd64/Packages")
+    restricted = index(repo, "ubuntu/dists/noble-updates/restricted/binary-amd64/Packages")
+    for b, v in DRIVERS:
+        for name in ("nvidia-fabricmanager-%s" % b, "libnvidia-nscq-%s" % b):
+            stanza = multiverse[(name, "%s-%s" % (v, U))]
+            assert stanza["Depends"] == "nvidia-kernel-common-%s-server-%s" % (b, v)
+        common = restricted[("nvidia-kernel-common-%s-server" % b, "%s-%s" % (v, U))]
+        assert "nvidia-kernel-common-%s-server-%s" % (b, v) in common["Provides"]
