@@ -188,6 +188,25 @@ ALIASES = {
     "a100": "a100-80gb",
 }
 
+# HGX boards: eight SXM GPUs and their NVSwitches (docs/research/hgx-fabric-manager.md Q5: six gen2 on HGX
+# A100, 10de:1af1, which older pci.ids name only "Device"; four gen3 on HGX H100/H200, 10de:22a3). An HGX
+# B200's NVSwitches are no NVIDIA PCI function (NOT FOUND as one): no B200 board here.
+NVSWITCH_GENERATIONS = {
+    "gen2": {"device": "1af1", "name": "Device", "sdevice": "1af1"},
+    "gen3": {"device": "22a3", "name": "GH100 [H100 NVSwitch]", "sdevice": "1796"},
+}
+BOARDS = {
+    "hgx-a100": {"gpus": ["a100-80gb"] * 8, "nvswitches": 6, "nvswitch_generation": "gen2"},
+    "hgx-h100": {"gpus": ["h100"] * 8, "nvswitches": 4, "nvswitch_generation": "gen3"},
+    "hgx-h200": {"gpus": ["h200"] * 8, "nvswitches": 4, "nvswitch_generation": "gen3"},
+}
+
+
+def nvswitch_generation(models):
+    """gen2 on an A100 board, gen3 otherwise (H100/H200)."""
+    return "gen2" if models and all(resolve(m) == "a100-80gb" for m in models) else "gen3"
+
+
 # CUDA version the driver branch reports (nvidia-smi "CUDA Version"); corpus 001 (570 -> 12.8),
 # 018 (590 -> 13.1), 035 (550 -> 12.4), 580.x -> 13.0 (public 580.95.05 captures).
 CUDA_BY_BRANCH = {

@@ -2,6 +2,7 @@
 
   gpusim init --gpus MODEL[,MODEL...] [--branches 570,580] [--bus 17,31,...] [--driver VER[:open|proprietary]]
               [--nvswitches N]    (an HGX board: N NVSwitch functions, 10de:22a3; H100/H200 boards have 4)
+  gpusim init --gpus hgx-h100|hgx-h200|hgx-a100 ...   (the whole board: 8 SXM GPUs and their NVSwitches)
   gpusim show [--json] | gpusim get PATH | gpusim set PATH VALUE
   gpusim fault list
   gpusim fault no_driver [on|off]
@@ -77,10 +78,15 @@ def _serial():
 
 def init_state(models, branches=None, buses=None, driver=None, nvswitches=0):
     s = st.default_state()
+    if len(models) == 1 and models[0] in catalogue.BOARDS:
+        board = catalogue.BOARDS[models[0]]
+        models, nvswitches = list(board["gpus"]), nvswitches or board["nvswitches"]
     if nvswitches:
         if nvswitches > len(NVSWITCH_BUSES):
             raise SystemExit("gpusim: at most %d NVSwitches" % len(NVSWITCH_BUSES))
-        s["nvswitches"] = [{"pci_bus_id": "00000000:%s:00.0" % b.upper()} for b in NVSWITCH_BUSES[:nvswitches]]
+        generation = catalogue.nvswitch_generation(models)
+        s["nvswitches"] = [{"pci_bus_id": "00000000:%s:00.0" % b.upper(), "generation": generation}
+                           for b in NVSWITCH_BUSES[:nvswitches]]
         s["fabric"] = dict(FABRIC_NOT_SET_UP)
     if branches:
         s["repo_branches"] = [str(b) for b in branches]

@@ -65,7 +65,9 @@ def devices(state):
         dom, bus, devfn = switch["pci_bus_id"].lower().split(":")
         dev, fn = devfn.split(".")
         gpu_slots.add((dom[-4:], bus, dev, fn))
-        out.append(dict(NVSWITCH, domain=dom[-4:], bus=bus, dev=dev, fn=fn, sname=None, driver=None, modules=[]))
+        generation = catalogue.NVSWITCH_GENERATIONS[switch.get("generation") or "gen3"]
+        out.append(dict(NVSWITCH, device=generation["device"], name=generation["name"], sdevice=generation["sdevice"],
+                        domain=dom[-4:], bus=bus, dev=dev, fn=fn, sname=None, driver=None, modules=[]))
     for (dom, bus, dev, fn, cls, ven, did, name, rev, sv, sd, driver) in HOST_DEVICES:
         if (dom, bus, dev, fn) in gpu_slots:
             continue

@@ -91,3 +91,15 @@ def test_cuda_fails_with_802_until_the_fabric_is_set_up(tmp_path):
     s["fabric"] = dict(fabric.SET_UP)
     state_file.write_text(__import__("json").dumps(s))
     assert cuda_sample.vector_add_main(str(root), io.StringIO(), io.StringIO(), {}) == 0
+
+
+def test_boards_of_the_catalogue(tmp_path):
+    """hgx-h100: 8 H100 and 4 gen3 switches; hgx-a100: 8 A100 and 6 gen2 switches as the real A100 board's lspci
+    (`b7:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:1af1] (rev a1)`, research Q5)."""
+    h100 = ctl.init_state(["hgx-h100"])
+    assert [g["model"] for g in h100["gpus"]] == ["h100"] * 8 and len(h100["nvswitches"]) == 4
+    a100 = ctl.init_state(["hgx-a100"], driver="580.95.05:proprietary")
+    assert len(a100["gpus"]) == 8 and len(a100["nvswitches"]) == 6
+    lines = pci.render(a100, ["-nn", "-d", "10de::0680"])[0].splitlines()
+    assert lines[0] == "bd:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:1af1] (rev a1)" and len(lines) == 6
+    assert len(fabric_manager.nvswitches("\n".join(lines))) == 6
