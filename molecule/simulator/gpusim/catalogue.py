@@ -191,9 +191,13 @@ ALIASES = {
 # HGX boards: eight SXM GPUs and their NVSwitches (docs/research/hgx-fabric-manager.md Q5: six gen2 on HGX
 # A100, 10de:1af1, which older pci.ids name only "Device"; four gen3 on HGX H100/H200, 10de:22a3). An HGX
 # B200's NVSwitches are no NVIDIA PCI function (NOT FOUND as one): no B200 board here.
+# `sname`: the subsystem's pci.ids name (real `lspci -vvnn` of an H100 board: `Subsystem: NVIDIA Corporation GH100
+# [H100 NVSwitch] [10de:1796]`); `buses`: where the real captures have them (gen3 bd, be, bf, c0; gen2 b7..bc).
 NVSWITCH_GENERATIONS = {
-    "gen2": {"device": "1af1", "name": "Device", "sdevice": "1af1"},
-    "gen3": {"device": "22a3", "name": "GH100 [H100 NVSwitch]", "sdevice": "1796"},
+    "gen2": {"device": "1af1", "name": "Device", "sdevice": "1af1", "sname": None,
+             "buses": ["b7", "b8", "b9", "ba", "bb", "bc"]},
+    "gen3": {"device": "22a3", "name": "GH100 [H100 NVSwitch]", "sdevice": "1796", "sname": "GH100 [H100 NVSwitch]",
+             "buses": ["bd", "be", "bf", "c0", "c1", "c2"]},
 }
 BOARDS = {
     "hgx-a100": {"gpus": ["a100-80gb"] * 8, "nvswitches": 6, "nvswitch_generation": "gen2"},

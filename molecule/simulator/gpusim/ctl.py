@@ -42,8 +42,6 @@ from . import smi
 from . import state as st
 
 DEFAULT_BUSES = ["17", "31", "4b", "65", "98", "b1", "ca", "e3"]
-# An HGX H100 board's four NVSwitch functions sit on their own buses (the real lspci of the research: bd-bf...).
-NVSWITCH_BUSES = ["bd", "be", "bf", "c0", "c1", "c2"]
 
 # Xid messages as the driver logs them (NVIDIA "Xid Errors" catalogue; public kernel logs), after
 # `NVRM: Xid (PCI:0000:17:00): <code>, pid=<pid>, name=<name>, `.
@@ -82,11 +80,12 @@ def init_state(models, branches=None, buses=None, driver=None, nvswitches=0):
         board = catalogue.BOARDS[models[0]]
         models, nvswitches = list(board["gpus"]), nvswitches or board["nvswitches"]
     if nvswitches:
-        if nvswitches > len(NVSWITCH_BUSES):
-            raise SystemExit("gpusim: at most %d NVSwitches" % len(NVSWITCH_BUSES))
         generation = catalogue.nvswitch_generation(models)
+        switch_buses = catalogue.NVSWITCH_GENERATIONS[generation]["buses"]
+        if nvswitches < 0 or nvswitches > len(switch_buses):
+            raise SystemExit("gpusim: --nvswitches takes 0..%d" % len(switch_buses))
         s["nvswitches"] = [{"pci_bus_id": "00000000:%s:00.0" % b.upper(), "generation": generation}
-                           for b in NVSWITCH_BUSES[:nvswitches]]
+                           for b in switch_buses[:nvswitches]]
         s["fabric"] = dict(FABRIC_NOT_SET_UP)
     if branches:
         s["repo_branches"] = [str(b) for b in branches]

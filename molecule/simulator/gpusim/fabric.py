@@ -10,11 +10,15 @@ healthy. Its lines are the real ones (shared/corpus/host):
        with the NVLink fabric."
   004  "request to query NVSwitch device information from NVSwitch driver failed with error:WARNING
        Nothing to do [NV_WARN_NOTHING_TO_DO]" (no NVSwitch), exit 1
-  006  "fabric manager NVIDIA GPU driver interface version X don't match with driver version Y." /
-       "Please update with matching NVIDIA driver package." (another driver), exit 1
-Its own version is the package's (written by the package at install: VERSION_FILE). Not reproduced: the
-570+ start script (nvidia-fabricmanager-start.sh), the config file's contents, /var/log/fabricmanager.log,
-NVLink partitions.
+  mismatch (another driver), exit 1, one journal line as real journals show it for 460 .. 595
+       (tests/fixtures/fabric/fabricmanager_version-mismatch_journal-line_*, research 2a): "fabric manager
+       NVIDIA GPU driver interface version X don't match with driver version Y. Please update with matching
+       NVIDIA driver package." (corpus 006 has the same words wrapped over two lines, copied from a bug report)
+  --version / -v: "Fabric Manager version is : X" (a real `nv-fabricmanager --version`, 450.102.04)
+No driver loaded: exit 1 without a line of its own (no public capture of that case; nothing invented),
+systemd's failure lines being the real ones. Its own version is the package's (written by the package at
+install: VERSION_FILE). Not reproduced: the 570+ start script (nvidia-fabricmanager-start.sh), the config
+file's contents (`-c CFG` is accepted and not read), /var/log/fabricmanager.log, NVLink partitions.
 """
 import os
 import signal
@@ -30,8 +34,10 @@ RUN_DIR = "/var/run/nvidia-fabricmanager"
 PID_FILE = "nv-fabricmanager.pid"
 MSG_NOTHING_TO_DO = ("request to query NVSwitch device information from NVSwitch driver failed with "
                      "error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]")
-MSG_MISMATCH = ("fabric manager NVIDIA GPU driver interface version %s don't match with driver version %s.\n"
+MSG_MISMATCH = ("fabric manager NVIDIA GPU driver interface version %s don't match with driver version %s. "
                 "Please update with matching NVIDIA driver package.")
+MSG_VERSION = "Fabric Manager version is : %s"
+DEFAULT_CONFIG = "/usr/share/nvidia/nvswitch/fabricmanager.cfg"
 MSG_CONNECTED = "Connected to 1 node."
 MSG_CONFIGURED = ("Successfully configured all the available NVSwitches to route GPU NVLink traffic. NVLink "
                   "Peer-to-Peer support will be enabled once the GPUs are successfully registered with the "
@@ -57,7 +63,8 @@ def reset_at_boot(state):
         state["fabric"] = dict(NOT_SET_UP)
 
 
-def own_version(path=VERSION_FILE):
+def own_version(path=None):
+    path = path or VERSION_FILE
     try:
         with open(path) as fh:
             return fh.read().strip() or None
@@ -71,9 +78,11 @@ def start(state_path=None, version=None):
     if not state.get("nvswitches"):
         return 1, [MSG_NOTHING_TO_DO]
     loaded = (state["driver"].get("loaded") or {}).get("version")
+    if not loaded:
+        return 1, []
     version = version or own_version()
-    if not loaded or version != loaded:
-        return 1, (MSG_MISMATCH % (version, loaded or "(none loaded)")).split("\n")
+    if version != loaded:
+        return 1, [MSG_MISMATCH % (version, loaded)]
 
     def fn(s):
         s["fabric"] = dict(SET_UP)
@@ -98,6 +107,9 @@ def _daemonize(run_dir):
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--version" in argv or "-v" in argv:
+        sys.stdout.write(MSG_VERSION % own_version() + "\n")
+        return 0
     rc, lines = start()
     stream = sys.stderr if rc else sys.stdout
     for line in lines:
@@ -107,8 +119,16 @@ def main(argv=None):
         return rc
     if "--no-daemon" in argv:
         return 0
+    try:
+        os.unlink(os.path.join(RUN_DIR, PID_FILE))
+    except OSError:
+        pass
     if not _daemonize(RUN_DIR):
-        time.sleep(0.2)  # the parent returns once the child has written its pid file, as systemd expects
+        # the parent returns once the daemon has written its pid file, as systemd (Type=forking, PIDFile=) expects
+        for _ in range(100):
+            if os.path.exists(os.path.join(RUN_DIR, PID_FILE)):
+                break
+            time.sleep(0.05)
         return 0
     signal.signal(signal.SIGTERM, lambda *_a: os._exit(0))
     while True:

@@ -67,7 +67,8 @@ def devices(state):
         gpu_slots.add((dom[-4:], bus, dev, fn))
         generation = catalogue.NVSWITCH_GENERATIONS[switch.get("generation") or "gen3"]
         out.append(dict(NVSWITCH, device=generation["device"], name=generation["name"], sdevice=generation["sdevice"],
-                        domain=dom[-4:], bus=bus, dev=dev, fn=fn, sname=None, driver=None, modules=[]))
+                        domain=dom[-4:], bus=bus, dev=dev, fn=fn, sname=generation.get("sname"), driver=None,
+                        modules=[]))
     for (dom, bus, dev, fn, cls, ven, did, name, rev, sv, sd, driver) in HOST_DEVICES:
         if (dom, bus, dev, fn) in gpu_slots:
             continue
@@ -136,11 +137,11 @@ def _mm_line(d, numeric, with_domain):
     cls_name = CLASS_NAMES.get(d["class"], "Class %s" % d["class"])
     vendor = VENDORS.get(d["vendor"], "Device %s" % d["vendor"])
     svendor = VENDORS.get(d["svendor"], "Device %s" % d["svendor"])
-    sname = "Device %s" % d["sdevice"]
+    sname = d.get("sname") or "Device %s" % d["sdevice"]
     if numeric == 2:
         fields = ["%s [%s]" % (cls_name, d["class"]), "%s [%s]" % (vendor, d["vendor"]),
                   "%s [%s]" % (d["name"], d["device"]), "%s [%s]" % (svendor, d["svendor"]),
-                  "Device [%s]" % d["sdevice"]]
+                  "%s [%s]" % (d.get("sname") or "Device", d["sdevice"])]
     elif numeric == 1:
         fields = [d["class"], d["vendor"], d["device"], d["svendor"], d["sdevice"]]
     else:
@@ -204,8 +205,13 @@ def render(state, argv):
         if kernel or verbose:
             if d["vendor"] == "10de" or verbose:
                 svendor = VENDORS.get(d["svendor"], "Device %s" % d["svendor"])
-                out.append("\tSubsystem: %s Device %s" % (svendor, d["sdevice"]) if numeric < 2 else
-                           "\tSubsystem: %s Device [%s:%s]" % (svendor, d["svendor"], d["sdevice"]))
+                sname = d.get("sname") or "Device"
+                if numeric == 1:   # `lspci -nk`: `\tSubsystem: 10de:1796`
+                    out.append("\tSubsystem: %s:%s" % (d["svendor"], d["sdevice"]))
+                elif numeric == 2:
+                    out.append("\tSubsystem: %s %s [%s:%s]" % (svendor, sname, d["svendor"], d["sdevice"]))
+                else:
+                    out.append("\tSubsystem: %s %s" % (svendor, d.get("sname") or "Device %s" % d["sdevice"]))
             if d["driver"]:
                 out.append("\tKernel driver in use: %s" % d["driver"])
             if d["modules"]:

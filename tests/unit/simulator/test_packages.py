@@ -418,5 +418,9 @@ def test_fabric_manager_packages_lock_the_exact_driver(repo):
         for name in ("nvidia-fabricmanager-%s" % b, "libnvidia-nscq-%s" % b):
             stanza = multiverse[(name, "%s-%s" % (v, U))]
             assert stanza["Depends"] == "nvidia-kernel-common-%s-server-%s" % (b, v)
+        fm = multiverse[("nvidia-fabricmanager-%s" % b, "%s-%s" % (v, U))]
+        # as the real debian/control (canonical/apt-packaging-fabric-manager, research 1a)
+        assert fm["Provides"] == fm["Conflicts"] == fm["Replaces"] == "nvidia-fabricmanager"
+        assert "/f/fabric-manager-%s/" % b in fm["Filename"]   # source fabric-manager-<B>, as Ubuntu's pool
         common = restricted[("nvidia-kernel-common-%s-server" % b, "%s-%s" % (v, U))]
         assert "nvidia-kernel-common-%s-server-%s" % (b, v) in common["Provides"]
