@@ -97,8 +97,11 @@ def _daemonize(run_dir):
     if os.fork() > 0:
         os._exit(0)
     os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, PID_FILE), "w") as fh:
+    # Written whole, then renamed: the parent (and systemd) never read a half-written pid file.
+    tmp = os.path.join(run_dir, PID_FILE + ".tmp")
+    with open(tmp, "w") as fh:
         fh.write("%d\n" % os.getpid())
+    os.rename(tmp, os.path.join(run_dir, PID_FILE))
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
