@@ -46,6 +46,7 @@ try:
     from ansible.module_utils.fabric_manager import needs_fabric_manager, nvswitches as find_nvswitches
     from ansible.module_utils.gpu_topology import fabric_verdict, parse_fabric_xml
     from ansible.module_utils.secure_boot import installed_packages
+    from ansible.module_utils.driver_choice import upstream_version
 except ImportError:  # unit tests put module_utils/ on sys.path
     import error_catalogue as catalogue
     from gpu_facts import build_facts, capture as capture_gpu
@@ -61,6 +62,7 @@ except ImportError:  # unit tests put module_utils/ on sys.path
     from fabric_manager import needs_fabric_manager, nvswitches as find_nvswitches
     from gpu_topology import fabric_verdict, parse_fabric_xml
     from secure_boot import installed_packages
+    from driver_choice import upstream_version
 
 LAYERS = ("hardware", "driver", "fabric", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container",
           "health")
@@ -1428,23 +1430,19 @@ FABRIC_MANAGER_SERVICE = "nvidia-fabricmanager"
 _FM_PACKAGE = re.compile(r"^nvidia-fabricmanager(?:-(?P<branch>\d{3}))?$")
 
 
-def _upstream(version):
-    """'580.95.05-0ubuntu0.24.04.1' / '1:580.95.05-1' -> '580.95.05'."""
-    return re.sub(r"-[^-]*$", "", str(version or "").split(":", 1)[-1]) or None
-
-
 def check_fabric(fabrics, lspci_text, packages_text, fm_active, loaded_version):
     """On an NVSwitch (HGX) host CUDA starts only once the fabric manager, at exactly the driver's version, has
     set the fabric up; nvidia-smi looks healthy without it while every CUDA program fails with 802.
-    fabrics: each GPU's fabric (gpu_topology.parse_fabric_xml of `nvidia-smi -q -x`); lspci_text: `lspci -nn -D`; packages_text: `dpkg-query -W` of the host;
-    fm_active: `systemctl is-active nvidia-fabricmanager`; loaded_version: the loaded module's version."""
+    fabrics: each GPU's fabric (gpu_topology.parse_fabric_xml of `nvidia-smi -q -x`); lspci_text: `lspci -nn -D`;
+    packages_text: `dpkg-query -W` of the host; fm_active: `systemctl is-active nvidia-fabricmanager`;
+    loaded_version: the loaded module's version."""
     command = ("nvidia-smi -q -x (fabric); lspci -nn (NVSwitch); dpkg-query -W 'nvidia-fabricmanager*'; "
                "systemctl is-active %s" % FABRIC_MANAGER_SERVICE)
     fabrics = fabrics or []
     switches = find_nvswitches(lspci_text)
     needs = needs_fabric_manager(switches, fabrics)
     verdict = fabric_verdict(fabrics)
-    fm = dict((name, _upstream(version)) for name, version in installed_packages(packages_text).items()
+    fm = dict((name, upstream_version(version)) for name, version in installed_packages(packages_text).items()
               if _FM_PACKAGE.match(name))
     lines = ["%s: State %s, Status %s" % (f["pci_bus_id"] or "GPU %d" % i, f["state"], f["status"])
              for i, f in enumerate(fabrics)][:8]
@@ -1462,9 +1460,9 @@ def check_fabric(fabrics, lspci_text, packages_text, fm_active, loaded_version):
         return result("fabric", "fabric", "ok", "no NVSwitch fabric: %s" % needs["reason"], ev=ev, data=data)
     branch = (loaded_version or "").split(".")[0] or "<branch>"
     install = ("install the fabric manager at the driver's version: `apt-get install nvidia-fabricmanager-%s=%s-*` "
-               "(Ubuntu; the CUDA repository's nvidia-fabricmanager-%s), hold it with the driver, then "
-               "`systemctl enable --now %s`" % (branch, loaded_version or "<driver version>", branch,
-                                                FABRIC_MANAGER_SERVICE))
+               "(Ubuntu's archive; NVIDIA's CUDA repository names it nvidia-fabricmanager from 580 on), hold it "
+               "with the driver, then `systemctl enable --now %s`" % (branch, loaded_version or "<driver version>",
+                                                                     FABRIC_MANAGER_SERVICE))
     if not fm:
         return result("fabric", "fabric", "fail", "%s, but no nvidia-fabricmanager package is installed: every CUDA "
                       "program fails with 802 (system not yet initialized)" % needs["reason"], remedy=install,
