@@ -572,25 +572,32 @@ def capture(io, distribution=None):
     return caps
 
 
+def effective_state(sb_state=None, efivar=None, setup_mode=None, lockdown=None):
+    """(Secure Boot state, lockdown mode) as the kernel enforces them: `mokutil --sb-state` where it said
+    something, else the SecureBoot EFI variable's bytes; a kernel in lockdown (/sys/kernel/security/lockdown)
+    loads only signed modules, Secure Boot or not, so it counts as enforcing."""
+    parsed = parse_sb_state(sb_state) if sb_state is not None else None
+    if parsed is not None and parsed["line"]:
+        state = dict(parsed, source="mokutil --sb-state")
+    else:
+        enforcing = parse_efivar_secureboot(efivar, setup_mode)
+        state = {"enabled": enforcing, "enforcing": enforcing, "shim_validation_disabled": False,
+                 "setup_mode": False, "efi": None if efivar is None and enforcing is None else True, "line": None,
+                 "source": "SecureBoot EFI variable" if enforcing is not None else None}
+    mode = parse_lockdown(lockdown)
+    if mode in ("integrity", "confidentiality") and not state.get("enforcing"):
+        state = dict(state, enforcing=True)
+    return state, mode
+
+
 def boot_facts(caps, branch=None):
     """captures -> {secure_boot, lockdown, module, mok, loads, reason, fix, console_required, kernels}.
 
     kernels: {running, installed, with_module, next_boot, next_boot_has_module, stranded: [{kver, newer,
     fix}]}; next_boot is the kernel a reboot starts, stranded the installed kernels without an nvidia module
     (modules.dep, a DKMS build, a signed package), the running one included when its module is gone."""
-    if caps.get("sb_state") is not None and parse_sb_state(caps["sb_state"])["line"]:
-        state = parse_sb_state(caps["sb_state"])
-        state["source"] = "mokutil --sb-state"
-    else:
-        enforcing = parse_efivar_secureboot(caps.get("efivar"), caps.get("setup_mode"))
-        efi = None if caps.get("efivar") is None and enforcing is None else True
-        state = {"enabled": enforcing, "enforcing": enforcing, "shim_validation_disabled": False,
-                 "setup_mode": False, "efi": efi, "line": None,
-                 "source": "SecureBoot EFI variable" if enforcing is not None else None}
-    lockdown = parse_lockdown(caps.get("lockdown"))
-    if lockdown in ("integrity", "confidentiality") and not state.get("enforcing"):
-        # A kernel in lockdown loads only signed modules, Secure Boot or not.
-        state = dict(state, enforcing=True)
+    state, lockdown = effective_state(caps.get("sb_state"), caps.get("efivar"), caps.get("setup_mode"),
+                                      caps.get("lockdown"))
     running = caps.get("running")
     deps = caps.get("modules_dep") or {}
     paths = dict((k, dep_module_path(t)) for k, t in deps.items())

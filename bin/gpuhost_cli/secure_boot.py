@@ -29,14 +29,8 @@ def _text(path):
 
 def report(args):
     """The JSON object `gpuhost secure-boot --json` prints."""
-    if args.sb_state:
-        state = sb.parse_sb_state(_text(args.sb_state))
-    else:
-        enforcing = sb.parse_efivar_secureboot(_text(args.efivar))
-        state = {"enabled": enforcing, "enforcing": enforcing, "shim_validation_disabled": False}
-    lockdown = sb.parse_lockdown(_text(args.lockdown))
-    if lockdown in ("integrity", "confidentiality") and not state.get("enforcing"):
-        state = dict(state, enforcing=True)
+    state, lockdown = sb.effective_state(_text(args.sb_state) if args.sb_state else None,
+                                         _text(args.efivar) if args.efivar else None, None, _text(args.lockdown))
     packages, modinfo = _text(args.packages), _text(args.modinfo)
     source = sb.module_source(packages=packages, modinfo=modinfo, kver=args.running)
     test_key = sb.parse_test_key(_text(args.test_key)) if args.test_key else None
