@@ -152,8 +152,9 @@ ansible_facts:
         fabric:
           description:
             - C(needed) (the host has an NVSwitch fabric and so needs nvidia-fabricmanager), C(reason), C(state)
-              (C(ready), C(not_ready), C(failed), C(unhealthy), C(not_applicable), C(unknown)), C(message), and
-              C(gpus) (each GPU's C(pci_bus_id), C(state), C(status), C(clique_id) from C(nvidia-smi -q -x)).
+              (C(ready), C(not_ready), C(failed), C(unhealthy), C(not_applicable), C(unknown)), C(message), C(fix),
+              and C(gpus) (each GPU's C(pci_bus_id), C(state), C(status), C(clique_id), C(health_summary) from
+              C(nvidia-smi -q -x)).
           type: dict
         topology:
           description:

@@ -404,21 +404,25 @@ def interconnect_facts(captures, state):
         fabrics = parse_fabric_xml(xml["stdout"]) if xml and state == "ok" else []
     except ParseError:
         fabrics = []
-    needs = needs_fabric_manager(switches, fabrics)
-    verdict = fabric_verdict(fabrics)
     topo = captures.get("topo") or {}
     try:
         topology = parse_topo_matrix(topo["stdout"]) if topo.get("rc") == 0 else None
     except ParseError:
         topology = None
-    return {
-        "nvswitches": [d.get("pci_address") for d in switches],
-        "fabric": {"needed": needs["needed"], "reason": needs["reason"], "state": verdict["state"],
-                   "message": verdict["message"],
-                   "gpus": [{"pci_bus_id": f["pci_bus_id"], "state": f["state"], "status": f["status"],
-                             "clique_id": f["clique_id"]} for f in fabrics]},
-        "topology": topology,
-    }
+    return {"nvswitches": [d.get("pci_address") for d in switches], "fabric": fabric_facts(fabrics, switches),
+            "topology": topology}
+
+
+def fabric_facts(fabrics, switches):
+    """The host's NVSwitch fabric from each GPU's fabric (gpu_topology.parse_fabric[_xml]) and the NVSwitch
+    functions on the bus: {needed, reason, state, message, fix, gpus: [{pci_bus_id, state, status, clique_id,
+    health_summary}]}."""
+    needs = needs_fabric_manager(switches, fabrics)
+    verdict = fabric_verdict(fabrics)
+    return {"needed": needs["needed"], "reason": needs["reason"], "state": verdict["state"],
+            "message": verdict["message"], "fix": verdict["fix"],
+            "gpus": [dict((k, f[k]) for k in ("pci_bus_id", "state", "status", "clique_id", "health_summary"))
+                     for f in fabrics]}
 
 
 def error_facts(message):

@@ -43,8 +43,6 @@ try:
     from ansible.module_utils.containerd_config import runtime_binaries
     from ansible.module_utils.dev_char import missing as dev_char_missing, wanted_links as dev_char_links
     from ansible.module_utils import gpus_path as gpus_path_mod
-    from ansible.module_utils.fabric_manager import needs_fabric_manager, nvswitches as find_nvswitches
-    from ansible.module_utils.gpu_topology import fabric_verdict, parse_fabric_xml
     from ansible.module_utils.secure_boot import installed_packages
     from ansible.module_utils.driver_choice import upstream_version
 except ImportError:  # unit tests put module_utils/ on sys.path
@@ -59,8 +57,6 @@ except ImportError:  # unit tests put module_utils/ on sys.path
     from containerd_config import runtime_binaries
     from dev_char import missing as dev_char_missing, wanted_links as dev_char_links
     import gpus_path as gpus_path_mod
-    from fabric_manager import needs_fabric_manager, nvswitches as find_nvswitches
-    from gpu_topology import fabric_verdict, parse_fabric_xml
     from secure_boot import installed_packages
     from driver_choice import upstream_version
 
@@ -1430,34 +1426,33 @@ FABRIC_MANAGER_SERVICE = "nvidia-fabricmanager"
 _FM_PACKAGE = re.compile(r"^nvidia-fabricmanager(?:-(?P<branch>\d{3}))?$")
 
 
-def check_fabric(fabrics, lspci_text, packages_text, fm_active, loaded_version):
+def check_fabric(fabric, nvswitch_addresses, packages_text, fm_active, loaded_version):
     """On an NVSwitch (HGX) host CUDA starts only once the fabric manager, at exactly the driver's version, has
     set the fabric up; nvidia-smi looks healthy without it while every CUDA program fails with 802.
-    fabrics: each GPU's fabric (gpu_topology.parse_fabric_xml of `nvidia-smi -q -x`); lspci_text: `lspci -nn -D`;
+    fabric, nvswitch_addresses: the GPU facts' `fabric` (gpu_facts.fabric_facts) and `nvswitches`;
     packages_text: `dpkg-query -W` of the host; fm_active: `systemctl is-active nvidia-fabricmanager`;
     loaded_version: the loaded module's version."""
     command = ("nvidia-smi -q -x (fabric); lspci -nn (NVSwitch); dpkg-query -W 'nvidia-fabricmanager*'; "
                "systemctl is-active %s" % FABRIC_MANAGER_SERVICE)
-    fabrics = fabrics or []
-    switches = find_nvswitches(lspci_text)
-    needs = needs_fabric_manager(switches, fabrics)
-    verdict = fabric_verdict(fabrics)
+    fabric = fabric or {}
+    gpus = fabric.get("gpus") or []
     fm = dict((name, upstream_version(version)) for name, version in installed_packages(packages_text).items()
               if _FM_PACKAGE.match(name))
     lines = ["%s: State %s, Status %s" % (f["pci_bus_id"] or "GPU %d" % i, f["state"], f["status"])
-             for i, f in enumerate(fabrics)][:8]
-    lines += ["NVSwitch %s" % a for a in needs["nvswitches"][:4]]
+             for i, f in enumerate(gpus)][:8]
+    lines += ["NVSwitch %s" % a for a in (nvswitch_addresses or [])[:4]]
     lines += ["%s %s installed" % (n, v) for n, v in sorted(fm.items())]
     lines.append("%s: %s" % (FABRIC_MANAGER_SERVICE, fm_active or "unknown"))
-    data = {"needed": needs["needed"], "reason": needs["reason"], "state": verdict["state"],
-            "nvswitches": needs["nvswitches"], "fabric_manager": fm, "active": fm_active,
+    state = fabric.get("state") or "unknown"
+    data = {"needed": bool(fabric.get("needed")), "reason": fabric.get("reason"), "state": state,
+            "nvswitches": list(nvswitch_addresses or []), "fabric_manager": fm, "active": fm_active,
             "driver_version": loaded_version}
     ev = evidence(command, lines)
-    if not needs["needed"]:
-        if verdict["state"] == "unknown":
+    if not fabric.get("needed"):
+        if state == "unknown":
             return result("fabric", "fabric", "skipped", "no NVSwitch on the PCI bus and no fabric state from "
-                          "nvidia-smi (%s)" % verdict["message"], ev=ev, data=data)
-        return result("fabric", "fabric", "ok", "no NVSwitch fabric: %s" % needs["reason"], ev=ev, data=data)
+                          "nvidia-smi (%s)" % (fabric.get("message") or "no GPU facts"), ev=ev, data=data)
+        return result("fabric", "fabric", "ok", "no NVSwitch fabric: %s" % fabric.get("reason"), ev=ev, data=data)
     branch = (loaded_version or "").split(".")[0] or "<branch>"
     install = ("install the fabric manager at the driver's version: `apt-get install nvidia-fabricmanager-%s=%s-*` "
                "(Ubuntu's archive; NVIDIA's CUDA repository names it nvidia-fabricmanager from 580 on), hold it "
@@ -1465,7 +1460,7 @@ def check_fabric(fabrics, lspci_text, packages_text, fm_active, loaded_version):
                                                                      FABRIC_MANAGER_SERVICE))
     if not fm:
         return result("fabric", "fabric", "fail", "%s, but no nvidia-fabricmanager package is installed: every CUDA "
-                      "program fails with 802 (system not yet initialized)" % needs["reason"], remedy=install,
+                      "program fails with 802 (system not yet initialized)" % fabric.get("reason"), remedy=install,
                       ev=ev, data=data)
     wrong = sorted(n for n, v in fm.items() if loaded_version and v != loaded_version)
     if wrong:
@@ -1478,16 +1473,17 @@ def check_fabric(fabrics, lspci_text, packages_text, fm_active, loaded_version):
                       remedy="`systemctl enable --now %s` (after a driver reload: restart it); "
                              "`journalctl -u %s` says why it stopped" % (FABRIC_MANAGER_SERVICE, FABRIC_MANAGER_SERVICE),
                       ev=ev, data=data)
-    if verdict["state"] in ("not_ready", "failed"):
-        return result("fabric", "fabric", "fail", verdict["message"], remedy=verdict["fix"], ev=ev, data=data)
-    if verdict["state"] == "unhealthy":
-        return result("fabric", "fabric", "warn", verdict["message"], remedy=verdict["fix"], ev=ev, data=data)
-    if verdict["state"] == "unknown":
+    if state in ("not_ready", "failed"):
+        return result("fabric", "fabric", "fail", fabric.get("message"), remedy=fabric.get("fix"), ev=ev, data=data)
+    if state == "unhealthy":
+        return result("fabric", "fabric", "warn", fabric.get("message"), remedy=fabric.get("fix"), ev=ev, data=data)
+    if state == "unknown":
         return result("fabric", "fabric", "warn", "%s runs at the driver's version, but nvidia-smi shows no fabric "
                       "state" % FABRIC_MANAGER_SERVICE, remedy="read `nvidia-smi -q` (Fabric) on a driver that "
                       "prints it", ev=ev, data=data)
     return result("fabric", "fabric", "ok", "%s %s running; %s" % (FABRIC_MANAGER_SERVICE, loaded_version,
-                                                                   verdict["message"]), ev=ev, data=data)
+                                                                   fabric.get("message")), ev=ev, data=data)
+
 
 def check_next_boot(boot):
     """The kernel a reboot starts has an nvidia module that will load (boot: secure_boot.boot_facts()). A newer
@@ -1673,10 +1669,7 @@ def evaluate(captures, options=None):
         signature_check = result("module_signature", "driver", "skipped", "kernel log unreadable (see the xid check)",
                                  ev=signature_check["evidence"])
     next_boot_check = guarded("next_boot", "driver", check_next_boot, captures.get("boot"))
-    smi_xml = next((_out(a) for a in gpu_caps.get("smi") or [] if a.get("kind") == "xml" and a.get("rc") == 0), None)
-    fabric_check = guarded("fabric", "fabric", check_fabric,
-                           parse_fabric_xml(smi_xml) if smi_xml and "<nvidia_smi_log" in smi_xml else [],
-                           (gpu_caps.get("lspci") or {}).get("stdout"),
+    fabric_check = guarded("fabric", "fabric", check_fabric, facts.get("fabric"), facts.get("nvswitches"),
                            (captures.get("boot_caps") or {}).get("packages"), captures.get("fabricmanager_active"),
                            facts.get("driver_version_kernel"))
     smi_attempts = gpu_caps.get("smi") or []

@@ -1026,17 +1026,19 @@ def test_gpus_path_skipped_without_docker():
 # ---------------------------------------------------------------------------------------------
 # The NVSwitch fabric (HGX hosts): real nvidia-smi -q Fabric blocks through gpu_topology's parser.
 
-import gpu_topology  # noqa: E402  (module_utils on sys.path, as above)
+import gpu_facts  # noqa: E402  (module_utils on sys.path, as above)
+import gpu_topology  # noqa: E402
 
 FM_DPKG = "nvidia-fabricmanager-570\t570.133.20-0ubuntu1\tii \n"
 
 
-def fabrics(name):
-    return gpu_topology.parse_fabric(load(SMI, name))
+def fabrics(name, switches=()):
+    """The GPU facts' fabric of a real nvidia-smi -q (gpu_facts.fabric_facts over gpu_topology's parser)."""
+    return gpu_facts.fabric_facts(gpu_topology.parse_fabric(load(SMI, name)), list(switches))
 
 
 def test_fabric_ready_on_an_hgx_host():
-    check = sc.check_fabric(fabrics("060_q-grep-fabric_570.133.20_8xH100-SXM_p5-rhel9_completed.txt"), "", FM_DPKG,
+    check = sc.check_fabric(fabrics("060_q-grep-fabric_570.133.20_8xH100-SXM_p5-rhel9_completed.txt"), [], FM_DPKG,
                             "active", "570.133.20")
     assert check["status"] == "ok" and check["layer"] == "fabric"
     assert check["data"]["needed"] is True and check["data"]["fabric_manager"] == {"nvidia-fabricmanager-570": "570.133.20"}
@@ -1045,36 +1047,36 @@ def test_fabric_ready_on_an_hgx_host():
 
 def test_fabric_in_progress_fails_with_the_802_meaning():
     """p5 (8x H100 SXM) right after boot: nvidia-smi looks healthy, State In Progress."""
-    check = sc.check_fabric(fabrics("059_q-grep-fabric_570.133.20_8xH100-SXM_p5-rhel9_in-progress.txt"), "", FM_DPKG,
+    check = sc.check_fabric(fabrics("059_q-grep-fabric_570.133.20_8xH100-SXM_p5-rhel9_in-progress.txt"), [], FM_DPKG,
                             "active", "570.133.20")
     assert check["status"] == "fail" and "802" in check["summary"] and "In Progress" in check["summary"]
 
 
 def test_fabric_manager_missing_or_at_another_version_or_stopped():
     hgx = fabrics("059_q-grep-fabric_570.133.20_8xH100-SXM_p5-rhel9_in-progress.txt")
-    missing = sc.check_fabric(hgx, "", "", "inactive", "570.133.20")
+    missing = sc.check_fabric(hgx, [], "", "inactive", "570.133.20")
     assert missing["status"] == "fail" and "no nvidia-fabricmanager package is installed" in missing["summary"]
     assert "nvidia-fabricmanager-570=570.133.20-*" in missing["remedy"]
     # the corpus' H200 host: fabric manager 590.48.01 left behind a driver at 580.126.09
-    behind = sc.check_fabric(hgx, "", "nvidia-fabricmanager-590\t590.48.01-1\tii \n", "failed", "580.126.09")
+    behind = sc.check_fabric(hgx, [], "nvidia-fabricmanager-590\t590.48.01-1\tii \n", "failed", "580.126.09")
     assert behind["status"] == "fail"
     assert behind["summary"].startswith("fabric manager 590.48.01, driver 580.126.09: the fabric manager refuses")
     assert "nvidia-fabricmanager-580=580.126.09-*" in behind["remedy"]
-    stopped = sc.check_fabric(hgx, "", FM_DPKG, "inactive", "570.133.20")
+    stopped = sc.check_fabric(hgx, [], FM_DPKG, "inactive", "570.133.20")
     assert stopped["status"] == "fail" and "systemctl enable --now nvidia-fabricmanager" in stopped["remedy"]
 
 
 def test_fabric_unhealthy_warns_and_insufficient_resources_fails():
-    assert sc.check_fabric(fabrics("066_q-grep-fabric_completed-success_health-unhealthy_cliqueid2.txt"), "", FM_DPKG,
+    assert sc.check_fabric(fabrics("066_q-grep-fabric_completed-success_health-unhealthy_cliqueid2.txt"), [], FM_DPKG,
                            "active", "570.133.20")["status"] == "warn"
-    failed = sc.check_fabric(fabrics("067_q-fabric_completed-insufficient-resources_cliqueid0_dedented.txt"), "",
+    failed = sc.check_fabric(fabrics("067_q-fabric_completed-insufficient-resources_cliqueid0_dedented.txt"), [],
                              FM_DPKG, "active", "570.133.20")
     assert failed["status"] == "fail" and "not usable" in failed["summary"]
 
 
 def test_no_nvswitch_needs_no_fabric_manager():
     """4x A100 SXM4 without NVSwitch (State N/A), and the healthy fake host's real 590 XML (RTX PRO 6000)."""
-    check = sc.check_fabric(fabrics("056_q_555.42.02_4xA100-SXM4-80GB_fabric-NA_no-nvswitch.txt"), "", "", None,
+    check = sc.check_fabric(fabrics("056_q_555.42.02_4xA100-SXM4-80GB_fabric-NA_no-nvswitch.txt"), [], "", None,
                             "555.42.02")
     assert check["status"] == "ok" and check["data"]["needed"] is False
     out = sc.evaluate(sc.capture(healthy_host(), PROBE_OPTS), PROBE_OPTS)
@@ -1082,7 +1084,8 @@ def test_no_nvswitch_needs_no_fabric_manager():
     assert fabric["status"] == "ok" and "no NVSwitch fabric" in fabric["summary"]
     assert out["layers"]["fabric"]["status"] == "ok"
     # no fabric block at all (nvidia-smi does not answer) and no NVSwitch on the bus: nothing to judge
-    assert sc.check_fabric([], "", "", None, None)["status"] == "skipped"
+    assert sc.check_fabric(gpu_facts.fabric_facts([], []), [], "", None, None)["status"] == "skipped"
+    assert sc.check_fabric(None, None, "", None, None)["status"] == "skipped"
 
 
 def test_a_cuda_program_failing_with_802_names_the_fabric_manager():
