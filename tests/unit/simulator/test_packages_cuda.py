@@ -1,0 +1,113 @@
+"""build_repo.py's NVIDIA CUDA-repository-style archive (cuda/repos/debian12/x86_64, specs/cuda.*.json).
+
+The real names and dependency shapes are in docs/research/cuda-repo-packaging.md (and the captures in
+tests/fixtures/cuda_repo/): Debian's unsuffixed names for every branch, nvidia-kernel-open-dkms for the
+open modules, nvidia-driver-pinning-<B> (version <B>-5, one at a time) holding a branch. apt resolves the
+archive offline as in test_packages.py.
+"""
+import os
+import subprocess
+
+import pytest
+
+from test_packages import KVER, apt, build_repo, installs, packages_file  # noqa: F401 (fixtures' helpers)
+
+pytestmark = pytest.mark.skipif(any(__import__("shutil").which(t) is None
+                                    for t in ("dpkg-deb", "apt-ftparchive", "gpg", "gpgv")),
+                                reason="needs dpkg-deb, apt-ftparchive, gpg, gpgv")
+
+CUDA = "cuda/repos/debian12/x86_64"
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "fixtures",
+                        "cuda_repo")
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    saved = os.environ.get("GPUSIM_KERNEL_RELEASE")
+    os.environ["GPUSIM_KERNEL_RELEASE"] = KVER
+    try:
+        out = str(tmp_path_factory.mktemp("simrepo") / "simrepo")
+        assert build_repo.main(["--out", out]) == 0
+    finally:
+        if saved is None:
+            os.environ.pop("GPUSIM_KERNEL_RELEASE", None)
+        else:
+            os.environ["GPUSIM_KERNEL_RELEASE"] = saved
+    return out
+
+
+def stanzas(repo):
+    return {(p["Package"], p["Version"]): p for p in packages_file(os.path.join(repo, CUDA, "Packages"))}
+
+
+def sources(repo):
+    key = os.path.join(repo, "keys", "gpusim-archive-keyring.gpg")
+    return "Types: deb\nURIs: file:%s/%s/\nSuites: /\nSigned-By: %s\n" % (repo, CUDA, key)
+
+
+def test_flat_archive_named_and_signed_as_nvidias(repo):
+    release = open(os.path.join(repo, CUDA, "Release")).read()
+    assert "Origin: NVIDIA\n" in release and "Label: NVIDIA CUDA\n" in release
+    assert os.path.isfile(os.path.join(repo, CUDA, "InRelease"))
+    got = stanzas(repo)
+    names = {n for n, _ in got}
+    # Debian's names, unsuffixed in every branch; NVIDIA's name of the open DKMS package
+    assert {"nvidia-driver", "nvidia-kernel-dkms", "nvidia-kernel-open-dkms", "libcuda1", "libnvidia-ml1",
+            "firmware-nvidia-gsp", "nvidia-smi", "nvidia-persistenced"} <= names
+    assert "nvidia-open-kernel-dkms" not in names
+    assert not any(n.startswith("nvidia-driver-5") for n in names)
+    assert {v for n, v in got if n == "nvidia-driver"} == {"580.126.09-1", "590.44.01-1", "590.48.01-1"}
+
+
+def test_nvidia_driver_depends_as_the_real_one():
+    real = open(os.path.join(FIXTURES, "debian12-apt-install-nvidia-driver-unmet.txt")).read()
+    # the real alternatives, in the real order: proprietary DKMS | a virtual per-version kernel | open DKMS
+    assert real.index("nvidia-kernel-dkms (=") < real.index("nvidia-kernel-545.23.08") < real.index(
+        "nvidia-kernel-open-dkms (=")
+
+
+def test_generated_depends_follow_that_order(repo):
+    drv = stanzas(repo)[("nvidia-driver", "590.48.01-1")]
+    assert drv["Depends"].startswith("nvidia-kernel-dkms (= 590.48.01-1) | nvidia-kernel-590.48.01 | "
+                                     "nvidia-kernel-open-dkms (= 590.48.01-1)")
+    assert drv["Maintainer"] == "cudatools <cudatools@nvidia.com>"
+
+
+def test_pinning_packages(repo):
+    got = stanzas(repo)
+    real = open(os.path.join(FIXTURES, "debian-apt-cache-search-pinning.txt")).read()
+    for branch in ("580", "590"):
+        pin = got[("nvidia-driver-pinning-" + branch, branch + "-5")]
+        assert pin["Provides"] == pin["Conflicts"] == pin["Replaces"] == "nvidia-driver-pinning"
+        assert pin["Section"] == "NVIDIA" and pin["Architecture"] == "all"
+        title = pin["Description"]
+        assert title == "APT driver pinning file for driver branch %s." % branch
+        if branch == "580":
+            assert "nvidia-driver-pinning-580 - " + title.rstrip(".") in real
+
+
+def _pin_file(repo, tmp_path, branch):
+    deb = os.path.join(repo, CUDA, "nvidia-driver-pinning-%s_%s-5_all.deb" % (branch, branch))
+    root = tmp_path / ("pin-" + branch)
+    subprocess.run(["dpkg-deb", "-x", deb, str(root)], check=True)
+    return (root / "etc" / "apt" / "preferences.d" / ("nvidia-driver-pinning-" + branch)).read_text()
+
+
+def test_apt_takes_the_newest_branch_unless_the_pinning_package_holds_one(repo, tmp_path):
+    src = sources(repo)
+    res = apt(repo, tmp_path, src, "update")
+    assert res.returncode == 0 and "W:" not in res.stderr and "E:" not in res.stderr, res.stdout + res.stderr
+    res = apt(repo, tmp_path, src, "-s", "install", "nvidia-driver", "nvidia-kernel-open-dkms")
+    got = installs(res)
+    assert res.returncode == 0 and got["nvidia-driver"] == "590.48.01-1", res.stdout + res.stderr
+    assert got["nvidia-kernel-open-dkms"] == "590.48.01-1" and "nvidia-kernel-dkms" not in got
+    # what nvidia-driver-pinning-580 installs, in apt's preferences: the same request stays in 580
+    (tmp_path / "apt" / "etc" / "preferences.d" / "nvidia-driver-pinning-580").write_text(
+        _pin_file(repo, tmp_path, "580"))
+    res = apt(repo, tmp_path, src, "-s", "install", "nvidia-driver", "nvidia-kernel-open-dkms")
+    got = installs(res)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert set(got.values()) == {"580.126.09-1"} and "nvidia-kernel-dkms" not in got
+    # the proprietary modules are the first alternative when none is named
+    res = apt(repo, tmp_path, src, "-s", "install", "nvidia-driver")
+    assert installs(res)["nvidia-kernel-dkms"] == "580.126.09-1"
