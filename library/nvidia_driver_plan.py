@@ -16,8 +16,15 @@ description:
   - Fails, naming the GPU, the branch and the fix, when the request cannot drive the GPUs - a branch
     below a GPU's minimum, proprietary kernel modules on a GPU that requires the open ones (Blackwell,
     Grace Hopper), open modules on a GPU without a GSP - before anything is installed.
-  - Ubuntu style - C(nvidia-driver-<branch>-server[-open]) (or the desktop C(nvidia-driver-<branch>[-open]));
-    with O(branch=auto) the recommendation of C(ubuntu-drivers devices) within the flavour.
+  - Ubuntu style, by default without DKMS, as C(ubuntu-drivers install --gpgpu) does -
+    C(nvidia-headless-no-dkms-<branch>-server[-open]), C(nvidia-utils-<branch>-server) (nvidia-smi), Canonical's
+    signed modules for the running kernel's flavour (C(linux-modules-nvidia-<branch>-server[-open]-<flavour>))
+    and for the running kernel itself (C(...-<kernel release>)), each at the version built against the driver.
+    A flavour without signed modules in the archive is refused, listing the flavours that have them; installed
+    DKMS packages (C(nvidia-dkms-*) and the C(nvidia-driver-*)/C(nvidia-headless-*) that pull it) are returned
+    in RV(remove). With O(dkms=true) - C(nvidia-driver-<branch>-server[-open]) (or the desktop
+    C(nvidia-driver-<branch>[-open])), which pulls C(nvidia-dkms-*). With O(branch=auto) the recommendation of
+    C(ubuntu-drivers devices) within the flavour.
     Debian style - C(nvidia-driver) and companions from non-free, the version picking the branch.
   - With O(gpu_facts) (the C(nvidia) facts of nvidia_gpu_facts) also says whether a reboot is needed
     (the installed driver is not the loaded kernel module, or NVML reports a version mismatch).
@@ -63,6 +70,19 @@ options:
     description: V(false) only checks the request against the GPUs (no command runs).
     type: bool
     default: true
+  dkms:
+    description:
+      - Ubuntu style - build the kernel module with DKMS (C(nvidia-driver-<branch>-server[-open])) instead of
+        installing Canonical's signed prebuilt modules. The Debian style is always DKMS.
+    type: bool
+    default: false
+  kernel_flavour:
+    description:
+      - Ubuntu style without DKMS - the kernel flavour whose signed modules to install (V(generic),
+        V(generic-hwe-24.04), V(aws), ...). V(auto) - the installed C(linux-image-<flavour>) metapackage that
+        depends on the running kernel's image.
+    type: str
+    default: auto
   debian_packages:
     description: Debian-style packages installed besides the kernel module package.
     type: list
@@ -135,6 +155,7 @@ options:
 notes:
   - Supports check mode; it never changes the host.
   - Runs C(dpkg-query), C(apt-cache madison) and, for Ubuntu with O(branch=auto), C(ubuntu-drivers devices);
+    for Ubuntu without DKMS also C(apt-cache pkgnames) and C(apt-cache show) of the signed-modules packages;
     reads the apt preferences files.
   - Only version pins, and negative pins on every source (release C(*)), count as standing in the way;
     other release and origin pins choose where a version comes from. C(src:) patterns are not matched.
@@ -246,6 +267,23 @@ operator_pins:
   sample: [{file: /etc/apt/preferences.d/operator-nvidia, line: 1, packages: [nvidia-driver-580-server-open],
             patterns: [nvidia-*], pin: version 580.105.08*, priority: 1001, effect: pinned,
             wanted: 580.95.05-0ubuntu0.24.04.1}]
+remove:
+  description:
+    - Installed packages the plan removes before it installs - with Canonical's signed modules chosen, the DKMS
+      packages (their module in C(updates/dkms) would load before the signed one, and Secure Boot rejects it).
+  returned: when query_host
+  type: list
+  elements: str
+  sample: [nvidia-dkms-580-server-open, nvidia-driver-580-server-open]
+kernel:
+  description:
+    - Ubuntu without DKMS - the running kernel C(release), its C(flavour) and where that came from
+      (C(flavour_source)), and C(notes) (e.g. the flavour's metapackage left out because the archive's version
+      follows another driver). V(null) for DKMS.
+  returned: when query_host
+  type: dict
+  sample: {release: 6.8.0-149-generic, flavour: generic, notes: [],
+           flavour_source: linux-image-generic depends on linux-image-6.8.0-149-generic}
 unattended_upgrades:
   description: Whether the unattended-upgrades package is installed.
   returned: when query_host
@@ -259,19 +297,20 @@ gpus:
 
 import json
 import os
+import platform
 
 from ansible.module_utils.basic import AnsibleModule
 
 try:
     from ansible.module_utils.driver_choice import (
         PREFERENCES, PREFERENCES_PARTS, DriverChoiceError, disruption, gpu_summary, hold_owners, operator_hold_error,
-        operator_pin_error, operator_pins, parse_dpkg_query, parse_dpkg_search, parse_madison, plan, precheck,
-        preference_files, reboot_decision, verify_installed)
+        operator_pin_error, operator_pins, parse_dpkg_query, parse_dpkg_search, parse_kernel_images, parse_madison,
+        plan, precheck, preference_files, reboot_decision, verify_installed)
 except ImportError:  # unit tests put module_utils/ on sys.path
     from driver_choice import (
         PREFERENCES, PREFERENCES_PARTS, DriverChoiceError, disruption, gpu_summary, hold_owners, operator_hold_error,
-        operator_pin_error, operator_pins, parse_dpkg_query, parse_dpkg_search, parse_madison, plan, precheck,
-        preference_files, reboot_decision, verify_installed)
+        operator_pin_error, operator_pins, parse_dpkg_query, parse_dpkg_search, parse_kernel_images, parse_madison,
+        plan, precheck, preference_files, reboot_decision, verify_installed)
 
 _C = {"LC_ALL": "C", "LANG": "C"}
 
@@ -304,6 +343,24 @@ class HostQuery(object):
     def madison(self, packages):
         cache = self.module.get_bin_path("apt-cache", required=True)
         return parse_madison(self._run([cache, "madison"] + list(packages), ok=(0, 100))[1])
+
+    def kernel_release(self):
+        return platform.release()
+
+    def kernel_images(self):
+        query = self.module.get_bin_path("dpkg-query", required=True)
+        rc, out = self._run([query, "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\t${Depends}\n",
+                             "linux-image-*"], ok=(0, 1))
+        return parse_kernel_images(out)
+
+    def pkgnames(self, prefix):
+        cache = self.module.get_bin_path("apt-cache", required=True)
+        return self._run([cache, "pkgnames", prefix], ok=(0, 1))[1]
+
+    def show(self, packages):
+        """Every version apt knows of each package (exit 100 with nothing printed when it knows none)."""
+        cache = self.module.get_bin_path("apt-cache", required=True)
+        return self._run([cache, "show"] + list(packages), ok=(0, 100))[1]
 
     def ubuntu_drivers(self):
         tool = self.module.get_bin_path("ubuntu-drivers")
@@ -354,6 +411,8 @@ def main():
             pci_devices=dict(type="list", elements="dict", default=[]),
             gpu_facts=dict(type="dict"),
             query_host=dict(type="bool", default=True),
+            dkms=dict(type="bool", default=False),
+            kernel_flavour=dict(type="str", default="auto"),
             debian_packages=dict(type="list", elements="str",
                                  default=["nvidia-driver", "firmware-nvidia-gsp", "nvidia-smi", "nvidia-persistenced"]),
             debian_kernel_packages=dict(type="dict", default={"open": "nvidia-open-kernel-dkms",
@@ -375,7 +434,8 @@ def main():
                "branch": p["branch"], "version": p["version"] or "", "upgrade": p["upgrade"],
                "debian_packages": p["debian_packages"], "debian_kernel_packages": p["debian_kernel_packages"],
                "extra_packages": p["extra_packages"], "sources_pending": p["sources_pending"],
-               "fabric_manager": p["fabric_manager"], "nvswitches": p["nvswitches"]}
+               "fabric_manager": p["fabric_manager"], "nvswitches": p["nvswitches"], "dkms": p["dkms"],
+               "kernel_flavour": p["kernel_flavour"]}
     gpus = gpu_summary(p["pci_devices"])
     try:
         if not p["query_host"]:

@@ -22,10 +22,12 @@ try:
     from ansible.module_utils.gpu_arch import lookup as arch_lookup
     from ansible.module_utils.host_parse import (
         HostParseError, package_traits, parse_ubuntu_drivers_devices)
+    from ansible.module_utils.secure_boot import signed_modules_metapackage
 except ImportError:
     from driver_sources import SourcesError, paragraphs
     from gpu_arch import lookup as arch_lookup
     from host_parse import HostParseError, package_traits, parse_ubuntu_drivers_devices
+    from secure_boot import signed_modules_metapackage
 
 
 class DriverChoiceError(ValueError):
@@ -42,6 +44,8 @@ DRIVER_PACKAGE = re.compile(r"nvidia|^libcuda|^libnv")
 # Ubuntu's prebuilt kernel modules carry the kernel's version, not the driver's.
 _UBUNTU_KMOD = re.compile(r"^linux-(?:modules|objects|signatures)-nvidia-(\d+)(-server)?(-open)?-")
 _BRANCH = re.compile(r"^\d{3,4}$")
+# A kernel flavour as Ubuntu's linux-image-<flavour> metapackages name them (generic, generic-hwe-24.04, aws-64k).
+_KERNEL_FLAVOUR = re.compile(r"^[a-z][a-z0-9.+-]*$")
 _DRIVER_VERSION = re.compile(r"^\d{3,4}(?:\.\d+){1,3}$")
 
 
@@ -173,6 +177,86 @@ def parse_dpkg_search(text):
     return None
 
 
+def parse_kernel_images(text):
+    """``dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\t${Depends}\\n' 'linux-image-*'`` ->
+    {package: {version, installed, depends: [names]}} (alternatives and version constraints dropped)."""
+    result = {}
+    for line in (text or "").splitlines():
+        fields = line.split("\t")
+        if len(fields) < 3 or not fields[0]:
+            continue
+        status = fields[2][1:2]
+        depends = [alt.strip().split(" ")[0].split(":")[0]
+                   for dep in (fields[3] if len(fields) > 3 else "").split(",") for alt in dep.split("|") if alt.strip()]
+        result[fields[0].split(":")[0]] = {"version": fields[1] or None, "installed": status in ("i", "h") or
+                                           fields[2][:2] in ("ii", "hi"), "depends": depends}
+    return result
+
+
+# Ubuntu's kernel metapackages: linux-image-<flavour> (generic, generic-hwe-24.04, aws, ...), not a kernel's
+# own linux-image-<release>, linux-image-unsigned-* or linux-image-extra-*.
+_IMAGE_META = re.compile(r"^linux-image-(?!unsigned-|extra-|uc-)([a-z][a-z0-9.+-]*)$")
+
+
+def kernel_flavour(images, running):
+    """(flavour, evidence) of the running kernel: the installed linux-image-<flavour> metapackage that depends
+    on linux-image-<running> (or its -unsigned- image), as ubuntu-drivers finds it; 'virtual' is generic.
+    (None, why) when no installed metapackage names it."""
+    wanted = {"linux-image-" + running, "linux-image-unsigned-" + running}
+    hits = sorted(name for name, info in (images or {}).items()
+                  if info.get("installed") and _IMAGE_META.match(name) and wanted & set(info.get("depends") or []))
+    if not hits:
+        metas = sorted(n for n, i in (images or {}).items() if i.get("installed") and _IMAGE_META.match(n))
+        return None, ("no installed linux-image-<flavour> metapackage depends on the running kernel's image "
+                      "linux-image-%s (installed metapackages: %s)" % (running, ", ".join(metas) or "none"))
+    flavour = _IMAGE_META.match(hits[0]).group(1)
+    flavour = "generic" if flavour == "virtual" else flavour
+    return flavour, "%s depends on linux-image-%s%s" % (hits[0], running,
+                                                        " (also: %s)" % ", ".join(hits[1:]) if hits[1:] else "")
+
+
+def signed_flavours(names, variant):
+    """``apt-cache pkgnames linux-modules-nvidia-<variant>-`` -> the kernel flavours the archive has Canonical-
+    signed modules of this variant for (their metapackages; per-kernel packages start with a digit)."""
+    prefix = "linux-modules-nvidia-%s-" % variant
+    skip = tuple(x for x in ("open-", "server-") if "-" + x[:-1] not in "-" + variant)
+    flavours = set()
+    for name in (names or "").split():
+        if not name.startswith(prefix):
+            continue
+        rest = name[len(prefix):]
+        if rest and not rest[0].isdigit() and not rest.startswith(skip):
+            flavours.add(rest)
+    return sorted(flavours)
+
+
+def parse_apt_show(text):
+    """``apt-cache show P...`` -> [{package, version, depends}] (every version apt knows, in its order)."""
+    try:
+        found = paragraphs(text or "")
+    except SourcesError as exc:
+        raise DriverChoiceError("apt-cache show printed what apt cannot have written (%s)" % exc)
+    return [{"package": (f.get("package") or "").strip(), "version": (f.get("version") or "").strip(),
+             "depends": (f.get("depends") or "").strip()} for _line, f in found if f.get("package")]
+
+
+def built_for_driver(depends, branch, flavor):
+    """The driver a signed-modules package was built against: the lower bound of its
+    nvidia-kernel-common-<branch>[-server] dependency ('>= 580.95.05'), upstream version; else None."""
+    common = re.escape("nvidia-kernel-common-%d%s" % (branch, "-server" if flavor == "server" else ""))
+    match = re.search(r"(?:^|[,|]\s*)%s\s*\(\s*>=\s*([^)\s]+)\s*\)" % common, depends or "")
+    return upstream_version(match.group(1)) if match else None
+
+
+def signed_module_versions(stanzas, name, branch, flavor):
+    """{version of `name`: the driver it was built against} from parse_apt_show()."""
+    return dict((s["version"], built_for_driver(s["depends"], branch, flavor)) for s in stanzas
+                if s["package"] == name and s["version"])
+
+
+# ---------------------------------------------------------------------------------------------
+# GPUs
+
 # ---------------------------------------------------------------------------------------------
 # GPUs
 
@@ -225,6 +309,10 @@ def validate_request(request):
     if (request.get("fabric_manager") or "auto") not in FABRIC_MANAGER_MODES:
         raise DriverChoiceError("nvidia_driver_fabric_manager must be auto, always or never, got %r"
                                 % request.get("fabric_manager"))
+    flavour = request.get("kernel_flavour") or "auto"
+    if flavour != "auto" and not _KERNEL_FLAVOUR.match(flavour):
+        raise DriverChoiceError("nvidia_driver_kernel_flavour must be auto or an Ubuntu kernel flavour such as generic, "
+                                "generic-hwe-24.04 or aws; got %r" % flavour)
     branch = str(request.get("branch") or "auto")
     if branch != "auto" and not _BRANCH.match(branch):
         raise DriverChoiceError("nvidia_driver_branch must be a branch number such as 580, or auto; got %r" % branch)
@@ -349,9 +437,32 @@ def ubuntu_package(branch, flavor, modules):
                                      "-open" if modules == "open" else "")
 
 
+def ubuntu_variant(branch, flavor, modules):
+    """'580-server-open': the part every package of an Ubuntu driver variant carries."""
+    return "%d%s%s" % (branch, "-server" if flavor == "server" else "", "-open" if modules == "open" else "")
+
+
+def ubuntu_signed_packages(branch, flavor, modules, kernel_flavour=None, kernel=None):
+    """The Ubuntu driver without DKMS, as `ubuntu-drivers install --gpgpu` chooses it (research
+    ubuntu-signed-modules-no-dkms.md 1, 2): nvidia-headless-no-dkms-<variant> (no nvidia-dkms-*, no
+    nvidia-smi), nvidia-utils-<branch>[-server] for nvidia-smi, the flavour's signed-modules metapackage
+    (it follows the flavour's kernels) and the running kernel's own package (the metapackage depends on the
+    flavour's newest kernel only)."""
+    variant = ubuntu_variant(branch, flavor, modules)
+    packages = ["nvidia-headless-no-dkms-" + variant, "nvidia-utils-%d%s" % (branch, "-server" if flavor == "server" else "")]
+    if kernel_flavour:
+        packages.append(signed_modules_metapackage(branch, kernel_flavour, modules == "open", flavor == "server"))
+    if kernel:
+        packages.append("linux-modules-nvidia-%s-%s" % (variant, kernel))
+    return packages
+
+
 def top_packages(request, branch, modules):
     """The packages the role names to apt, main package first."""
-    if request["style"] == "ubuntu":
+    if request["style"] == "ubuntu" and not request.get("dkms", True):
+        packages = ubuntu_signed_packages(branch, request["flavor"], modules, request.get("kernel_flavour_resolved"),
+                                          request.get("kernel_release"))
+    elif request["style"] == "ubuntu":
         packages = [ubuntu_package(branch, request["flavor"], modules)]
     else:
         packages = list(request.get("debian_packages") or ["nvidia-driver"])
@@ -519,6 +630,9 @@ def plan(request, gpus, query):
     branch, source = resolve_branch(request, pre, gpus, installed, query)
     check_branch(branch, gpus, source)
     modules = pre["kernel_modules"]
+    signed = request["style"] == "ubuntu" and not request.get("dkms")
+    if signed:
+        request = dict(request, **resolve_kernel_flavour(request, query))
     packages = top_packages(request, branch, modules)
     fabric = fabric_manager_packages(branch) if pre["fabric_manager"] else []
     packages += [name for name in fabric if name not in packages]
@@ -557,9 +671,13 @@ def plan(request, gpus, query):
                 main, branch, "add the archive that has it (nvidia_driver_repositories)" if request["style"] == "ubuntu"
                 else "enable non-free (nvidia_driver_debian_components) or set nvidia_driver_repositories"))
     upstream = upstream_version(wanted)
+    fixed, notes = {}, []
+    if signed:
+        fixed, notes = signed_module_choice(request, branch, modules, upstream, query)
+        packages = [name for name in packages if name not in notes_dropped(notes)]
     install = []
     for name in packages:
-        version = wanted if name == main else _pick(madison.get(name, []), upstream)
+        version = fixed.get(name) or (wanted if name == main else _pick(madison.get(name, []), upstream))
         if version is None and dpkg.get(name, {}).get("installed") and upstream_version(dpkg[name]["version"]) == upstream:
             version = dpkg[name]["version"]
         install.append({"name": name, "version": version,
@@ -572,8 +690,9 @@ def plan(request, gpus, query):
             "%s %s is not in the apt sources (they offer %s): the fabric manager must be exactly the driver's "
             "version or it refuses to start, so the driver stays as it is. Fix: a driver version the archive has "
             "the fabric manager for (nvidia_driver_version)" % (lacking[0], upstream, ", ".join(offered) or "none"))
+    remove = dkms_packages_to_remove(dpkg) if signed else []
     satisfied = all(p["installed"] and (p["version"] is None or p["installed"] == p["version"]) for p in install)
-    if satisfied:
+    if satisfied and not remove:
         action = "none"
     elif not installed["upstream"]:
         action = "install"
@@ -583,13 +702,104 @@ def plan(request, gpus, query):
         order = compare_versions(upstream, installed["upstream"])
         action = "upgrade" if order > 0 else ("downgrade" if order < 0 else "change")
     return _plan_result(pre, branch, source, modules, packages, installed, dpkg, version=upstream,
-                        package_version=wanted, install=install, action=action, available=available)
+                        package_version=wanted, install=install, action=action, available=available,
+                        remove=remove, kernel=_kernel_result(request, notes))
+
+
+def _kernel_result(request, notes=()):
+    """What the plan knows of the kernel the modules are for (Ubuntu's signed modules; None for DKMS)."""
+    if "kernel_release" not in request:
+        return None
+    return {"release": request["kernel_release"], "flavour": request["kernel_flavour_resolved"],
+            "flavour_source": request["kernel_flavour_source"], "notes": [n["text"] for n in notes]}
+
+
+def notes_dropped(notes):
+    return [n["dropped"] for n in notes if n.get("dropped")]
+
+
+def resolve_kernel_flavour(request, query):
+    """{kernel_release, kernel_flavour_resolved, kernel_flavour_source}: the running kernel and its flavour
+    (nvidia_driver_kernel_flavour, else the installed linux-image-<flavour> metapackage that depends on it)."""
+    release = query.kernel_release()
+    asked = request.get("kernel_flavour") or "auto"
+    if asked != "auto":
+        return {"kernel_release": release, "kernel_flavour_resolved": asked,
+                "kernel_flavour_source": "nvidia_driver_kernel_flavour"}
+    flavour, evidence = kernel_flavour(query.kernel_images(), release)
+    if flavour is None:
+        raise DriverChoiceError(
+            "cannot tell the flavour of the running kernel %s, which names Canonical's signed nvidia modules "
+            "(linux-modules-nvidia-<branch>-server[-open]-<flavour>): %s. Fix: set nvidia_driver_kernel_flavour "
+            "(generic, generic-hwe-24.04, aws, ...), or nvidia_driver_dkms: true to build the module with DKMS"
+            % (release, evidence))
+    return {"kernel_release": release, "kernel_flavour_resolved": flavour, "kernel_flavour_source": evidence}
+
+
+def signed_module_choice(request, branch, modules, upstream, query):
+    """({package: version}, notes) of Canonical's signed modules for driver `upstream`: the running kernel's
+    package at the version built against that driver (refused when there is none), and the flavour's
+    metapackage likewise (left out, with a note, when the archive's metapackage follows another driver).
+
+    Refuses a flavour the archive has no signed modules for, naming the flavours that have them."""
+    flavor = request["flavor"]
+    variant = ubuntu_variant(branch, flavor, modules)
+    kernel, flavour = request["kernel_release"], request["kernel_flavour_resolved"]
+    meta = signed_modules_metapackage(branch, flavour, modules == "open", flavor == "server")
+    own = "linux-modules-nvidia-%s-%s" % (variant, kernel)
+    offered = signed_flavours(query.pkgnames("linux-modules-nvidia-%s-" % variant), variant)
+    if flavour not in offered:
+        raise DriverChoiceError(
+            "the apt sources have no Canonical-signed nvidia modules for the %s kernel flavour (%s, from %s): %s. "
+            "Fix: run a kernel of a flavour that has them, or set nvidia_driver_dkms: true to build the module "
+            "with DKMS (under Secure Boot its key must then be enrolled as a MOK at the console)"
+            % (flavour, meta, request["kernel_flavour_source"],
+               "flavours with signed %s modules: %s" % (variant, ", ".join(offered)) if offered
+               else "no flavour has signed %s modules there" % variant))
+    stanzas = parse_apt_show(query.show([meta, own]))
+    own_versions = signed_module_versions(stanzas, own, branch, flavor)
+    fit = [v for v, driver in own_versions.items() if driver == upstream]
+    if not fit:
+        if not own_versions:
+            raise DriverChoiceError(
+                "the apt sources have no signed nvidia modules for the running kernel %s (%s): the archive builds "
+                "them for the flavour's current kernels only. Fix: upgrade the kernel (apt install linux-%s), "
+                "reboot into it and run again; or set nvidia_driver_dkms: true" % (kernel, own, flavour))
+        drivers = sorted(set(d for d in own_versions.values() if d), key=cmp_to_key(compare_versions))
+        raise DriverChoiceError(
+            "the signed nvidia modules for the running kernel %s (%s) are built for driver %s, not %s: the "
+            "module must be exactly the driver's version. Fix: nvidia_driver_version: %s (or nvidia_driver_upgrade: "
+            "true for the newest), or nvidia_driver_dkms: true" % (
+                kernel, own, " and ".join(drivers) or "no known version", upstream, drivers[-1] if drivers else "?"))
+    fixed = {own: _newest(fit)}
+    meta_fit = [v for v, driver in signed_module_versions(stanzas, meta, branch, flavor).items() if driver == upstream]
+    notes = []
+    if meta_fit:
+        fixed[meta] = _newest(meta_fit)
+    else:
+        notes.append({"dropped": meta, "text": (
+            "%s is left out: the archive's version of it follows another driver than %s, so kernels the flavour "
+            "installs later get no module for this driver (the reboot check refuses to start them)" % (meta, upstream))})
+    return fixed, notes
+
+
+# Installed packages that build the module with DKMS: with Canonical's signed modules chosen they go (their
+# module in updates/dkms would load before the signed one in kernel/, and Secure Boot rejects it).
+_DKMS_DRIVER = re.compile(r"^nvidia-dkms-\d+(?:-server)?(?:-open)?$|^nvidia-(?:driver|headless)-\d+(?:-server)?(?:-open)?$")
+
+
+def dkms_packages_to_remove(dpkg):
+    """The installed Ubuntu packages that pull DKMS (nvidia-dkms-*, and the nvidia-driver-* / nvidia-headless-*
+    metapackages that depend on it)."""
+    return sorted(name for name, info in dpkg.items() if info["installed"] and _DKMS_DRIVER.match(name))
 
 
 def _plan_result(pre, branch, source, modules, packages, installed, dpkg, **chosen):
     """plan()'s result: what was resolved, and what was chosen (version, package_version, install,
     action, available; a prediction adds predicted and predicted_reason)."""
     install = chosen.pop("install")
+    chosen.setdefault("remove", [])
+    chosen.setdefault("kernel", None)
     return dict({
         "branch": branch, "branch_source": source, "min_branch": pre["min_branch"],
         "kernel_modules": modules, "kernel_modules_reason": pre["kernel_modules_reason"],
@@ -611,7 +821,8 @@ def _predicted_plan(request, pre, branch, source, modules, packages, installed, 
     return _plan_result(
         pre, branch, source, modules, packages, installed, dpkg, version=upstream, package_version=None,
         install=install, action="install" if not installed["upstream"] else "change", available=[],
-        predicted=True,
+        predicted=True, remove=dkms_packages_to_remove(dpkg) if "kernel_release" in request else [],
+        kernel=_kernel_result(request),
         predicted_reason="the apt sources this run adds are not on the host yet (check mode): the newest "
                          "package of branch %s they offer" % upstream.replace(".*", ""))
 

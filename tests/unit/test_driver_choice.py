@@ -336,16 +336,16 @@ UBUNTU_MADISON = "".join(
     for p in ("nvidia-driver-580-server-open",) for v in ("580.105.08", "580.95.05"))
 
 
-def test_ubuntu_fresh_install_follows_ubuntu_drivers():
+def test_ubuntu_dkms_fresh_install_follows_ubuntu_drivers():
     query = Query(fresh_dpkg(), UBUNTU_MADISON, "", load("ubuntu-drivers-devices_RTXPRO6000-server_gpusim.txt"))
-    result = dc.plan(request(style="ubuntu"), gpus_of(BLACKWELL), query)
+    result = dc.plan(request(style="ubuntu", dkms=True), gpus_of(BLACKWELL), query)
     assert result["install"] == ["nvidia-driver-580-server-open=580.105.08-0ubuntu0.24.04.1"]
     assert result["branch_source"] == "ubuntu-drivers recommends branch 580"
 
 
 def test_ubuntu_auto_without_ubuntu_drivers_says_what_to_install():
     with pytest.raises(dc.DriverChoiceError, match="ubuntu-drivers-common"):
-        dc.plan(request(style="ubuntu"), gpus_of(BLACKWELL), Query(fresh_dpkg(), UBUNTU_MADISON))
+        dc.plan(request(style="ubuntu", dkms=True), gpus_of(BLACKWELL), Query(fresh_dpkg(), UBUNTU_MADISON))
 
 
 def test_ubuntu_transitional_package_is_refused_before_install():
@@ -353,7 +353,7 @@ def test_ubuntu_transitional_package_is_refused_before_install():
     madison = " nvidia-driver-570-server-open | 580.95.05-0ubuntu0.24.04.1 | http://archive.ubuntu.com/ubuntu " \
               "noble-updates/restricted amd64 Packages\n"
     with pytest.raises(dc.DriverChoiceError) as err:
-        dc.plan(request(style="ubuntu", branch="570"), gpus_of(BLACKWELL), Query(fresh_dpkg(), madison))
+        dc.plan(request(style="ubuntu", dkms=True, branch="570"), gpus_of(BLACKWELL), Query(fresh_dpkg(), madison))
     assert "transitional" in str(err.value) and "nvidia_driver_branch: 580" in str(err.value)
 
 
@@ -636,7 +636,7 @@ def fm_madison(versions=("580.105.08", "580.95.05")):
 
 def hgx_plan(madison, **kw):
     query = Query(fresh_dpkg(), madison, "", load("ubuntu-drivers-devices_RTXPRO6000-server_gpusim.txt"))
-    return dc.plan(request(style="ubuntu", nvswitches=NVSWITCHES, **kw), gpus_of(BLACKWELL), query)
+    return dc.plan(request(style="ubuntu", dkms=True, nvswitches=NVSWITCHES, **kw), gpus_of(BLACKWELL), query)
 
 
 def test_an_nvswitch_host_gets_the_fabric_manager_at_the_drivers_version():
@@ -656,7 +656,7 @@ def test_a_fabric_manager_the_archive_lacks_at_the_drivers_version_stops_the_pla
 
 
 def test_fabric_manager_modes_and_refusals():
-    without = dc.plan(request(style="ubuntu", nvswitches=NVSWITCHES, fabric_manager="never"), gpus_of(BLACKWELL),
+    without = dc.plan(request(style="ubuntu", dkms=True, nvswitches=NVSWITCHES, fabric_manager="never"), gpus_of(BLACKWELL),
                       Query(fresh_dpkg(), fm_madison(), "", load("ubuntu-drivers-devices_RTXPRO6000-server_gpusim.txt")))
     assert without["fabric_manager"] is False and len(without["install"]) == 1
     assert "802" in without["fabric_manager_reason"]

@@ -3,15 +3,29 @@ import json
 
 import pytest
 
-PACKAGES = [
+# The Ubuntu driver without DKMS (ubuntu-drivers install --gpgpu's set, research
+# ubuntu-signed-modules-no-dkms.md 1-2) plus nvidia-utils for nvidia-smi, at the newest 580.
+USERSPACE = [
     "libnvidia-compute-580-server",
-    "linux-modules-nvidia-580-server-open-generic",
     "nvidia-compute-utils-580-server",
-    "nvidia-driver-580-server-open",
-    "nvidia-headless-580-server-open",
+    "nvidia-headless-no-dkms-580-server-open",
     "nvidia-kernel-common-580-server",
+    "nvidia-kernel-source-580-server-open",
     "nvidia-utils-580-server",
 ]
+
+
+def kernel(host):
+    return host.check_output("uname -r").strip()
+
+
+def signed_modules(host):
+    """Canonical's signed modules: the generic flavour's metapackage and the running kernel's own package."""
+    return ["linux-modules-nvidia-580-server-open-generic", "linux-modules-nvidia-580-server-open-" + kernel(host)]
+
+
+def packages(host):
+    return sorted(USERSPACE + signed_modules(host))
 
 
 def dpkg(host, name):
@@ -21,16 +35,30 @@ def dpkg(host, name):
 
 
 def test_server_open_580_newest_is_installed_and_held(host):
-    for name in PACKAGES:
+    for name in USERSPACE:
         version, status = dpkg(host, name)
         assert version == "580.105.08-0ubuntu0.24.04.1", name
         assert status == "hi", (name, status)
 
 
-def test_no_proprietary_modules_or_other_branch(host):
-    listed = host.check_output("dpkg-query -W -f '${Package} ${db:Status-Abbrev}\\n' 'nvidia-*' 'linux-modules-nvidia-*'")
+def test_signed_modules_of_the_running_kernel_built_for_the_driver_are_installed_and_held(host):
+    for name in signed_modules(host):
+        version, status = dpkg(host, name)
+        assert status == "hi", (name, status)
+        # a kernel package's version, not the driver's
+        assert not version.startswith("580."), (name, version)
+    depends = host.check_output("dpkg-query -W -f '${Depends}' %s", signed_modules(host)[1])
+    assert "nvidia-kernel-common-580-server (>= 580.105.08)" in depends
+    dep = host.file("/lib/modules/%s/modules.dep" % kernel(host)).content_string
+    assert "kernel/nvidia-580srv-open/nvidia.ko:" in dep and "updates/dkms/" not in dep
+
+
+def test_no_dkms_and_no_other_driver_package(host):
+    listed = host.check_output("dpkg-query -W -f '${Package} ${db:Status-Abbrev}\\n' 'nvidia-*' 'linux-modules-nvidia-*' "
+                               "'dkms' 2>/dev/null || true")
     installed = [line.split()[0] for line in listed.splitlines() if line.split()[1:2] in (["ii"], ["hi"])]
-    assert sorted(installed) == sorted(p for p in PACKAGES if not p.startswith("lib"))
+    assert sorted(installed) == sorted(p for p in packages(host) if not p.startswith("lib"))
+    assert not [p for p in installed if "dkms" in p.replace("no-dkms", "")]
 
 
 def test_open_module_loaded(host):
@@ -45,9 +73,10 @@ def test_nvidia_smi_works_with_persistence_mode_on(host):
 
 def test_fact_file_records_the_loaded_driver(host):
     data = json.loads(host.file("/etc/ansible/facts.d/gpuhost.fact").content_string)
-    assert data["driver"] == {"version": "580.105.08", "branch": 580, "kernel_modules": "open", "packages": PACKAGES,
+    assert data["driver"] == {"version": "580.105.08", "branch": 580, "kernel_modules": "open",
+                              "packages": packages(host),
                               # every hold is gpuhost's own on a host gpuhost installed
-                              "held_by_gpuhost": sorted(PACKAGES)}
+                              "held_by_gpuhost": packages(host)}
 
 
 def test_driver_changed_topic_fired_once(host):
@@ -73,7 +102,7 @@ def test_unattended_upgrades_blacklist(host):
         assert not conf.exists
         pytest.skip("unattended-upgrades is installed on the bookworm target only")
     dump = host.check_output("apt-config dump Unattended-Upgrade::Package-Blacklist")
-    for name in PACKAGES:
+    for name in packages(host):
         assert '"^%s$";' % name in dump, name
 
 

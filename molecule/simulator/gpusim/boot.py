@@ -31,6 +31,7 @@ import uuid
 
 from . import catalogue
 from . import fabric as _fabric
+from . import mig as _mig
 from . import state as st
 
 NVIDIA_MAJOR = 195
@@ -111,6 +112,20 @@ def _is_mounted(path):
         return False
 
 
+# Packages whose module DKMS builds (Debian's, Ubuntu's). Installed beside Canonical's signed modules they
+# still win: depmod searches updates/ (DKMS) before kernel/.
+DKMS_PACKAGES = re.compile(r"^nvidia-(?:open-)?kernel-dkms$|^nvidia-dkms-\d+")
+
+
+def secure_boot_rejects(state):
+    """Whether this boot's module is a DKMS build the firmware's Secure Boot refuses: Secure Boot on and the
+    DKMS signing key not enrolled (firmware.dkms_key_enrolled)."""
+    firmware = state.get("firmware") or {}
+    packages = ((state.get("driver") or {}).get("installed") or {}).get("packages") or []
+    return bool(firmware.get("secure_boot") and not firmware.get("dkms_key_enrolled")
+                and any(DKMS_PACKAGES.match(p) for p in packages))
+
+
 def apply_state(state):
     """The state part of a boot (pure; returns the kernel log lines of this boot)."""
     drv = state["driver"]
@@ -118,17 +133,21 @@ def apply_state(state):
     state["processes"] = []
     state["persistenced"] = {"pid": None, "persistence": False, "enabled": []}
     _fabric.reset_at_boot(state)
+    _mig.reset_at_boot(state)   # MIG: instances gone, mode per generation (gpusim/mig.py)
     for g in state["gpus"]:
         g["persistence_mode"] = False
         g.pop("lost", None)
     inst = drv.get("installed")
     # Userspace alone (no kernel module package: kernel_modules None) gives the new kernel nothing to load.
     modules = inst.get("kernel_modules", "open") if inst else None
-    if modules and not state["faults"].get("module_not_loaded"):
+    rejected = modules and secure_boot_rejects(state)
+    if modules and not rejected and not state["faults"].get("module_not_loaded"):
         drv["loaded"] = {"version": inst["version"], "kernel_modules": modules}
     else:
         drv["loaded"] = None
-    log = []
+    # The kernel's module-signing check (kernel/module/signing.c): DKMS signs with its own key, which the
+    # firmware trusts only once someone enrolled it as a MOK at the console (siderolabs/talos#7174's line).
+    log = ["Loading of module with unavailable key is rejected"] if rejected else []
     if drv["loaded"]:
         log.append("NVRM: loading %s" % module_banner(drv["loaded"]))
         for g in state["gpus"]:

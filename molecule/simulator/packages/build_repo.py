@@ -80,9 +80,33 @@ def _apply_variants(spec, entry):
     return spec
 
 
+def kernel_release():
+    """The kernel the test containers run (they share the harness's): Ubuntu's per-kernel signed-module
+    packages and the kernel image are named after it. GPUSIM_KERNEL_RELEASE overrides it (tests)."""
+    release = os.environ.get("GPUSIM_KERNEL_RELEASE") or os.uname().release
+    if not re.match(r"^[a-z0-9][a-z0-9.+-]*$", release):
+        raise SystemExit("build_repo: the kernel release %r cannot be part of a Debian package name; set "
+                         "GPUSIM_KERNEL_RELEASE to a lower-case form" % release)
+    return release
+
+
+def kernel_context(drivers):
+    """{KVER, KABI} and, per driver of the matrix, its {KV}: the version Ubuntu gives a kernel's packages
+    (the ABI, '6.8.0-149.149'), with '+N' for the N-th upload of the restricted modules built against the
+    drivers in order ('6.8.0-149.149+2'), as the real linux-restricted-modules versions run."""
+    kver = kernel_release()
+    match = re.match(r"^(\d+\.\d+(?:\.\d+)?)(?:-(\d+))?", kver)
+    base, abi = (match.group(1), match.group(2) or "1") if match else ("0.0.0", "1")
+    kabi = "%s-%s.%s" % (base, abi, abi)
+    ordered = sorted(range(len(drivers)), key=lambda i: [int(x) for x in drivers[i]["V"].split(".")])
+    upload = {i: n + 1 for n, i in enumerate(ordered)}
+    return {"KVER": kver, "KABI": kabi}, {i: "%s+%d" % (kabi, upload[i]) for i in range(len(drivers))}
+
+
 def expand_specs(pkg_dir=HERE):
     """All concrete packages: the specs expanded over the version matrix."""
     versions = load_json(os.path.join(pkg_dir, "versions.json"))
+    kernel, kernel_uploads = kernel_context(versions.get("drivers") or [])
     out = []
     spec_dir = os.path.join(pkg_dir, "specs")
     for name in sorted(os.listdir(spec_dir)):
@@ -92,13 +116,15 @@ def expand_specs(pkg_dir=HERE):
         repo = versions["repos"][spec["repo"]]
         matrix = spec.get("matrix", "once")
         entries = [{}] if matrix == "once" else versions[matrix]
-        for entry in entries:
+        for index, entry in enumerate(entries):
             s = _apply_variants(spec, entry)
-            ctx = dict(entry)
+            ctx = dict(entry, **kernel)
+            if matrix == "drivers":
+                ctx["KV"] = kernel_uploads[index]
             if "V" in ctx or "TV" in ctx:
                 ctx["DV"] = repo["version_format"].format(**ctx)
             pkg = substitute(s, ctx)
-            pkg["version"] = s.get("version") or ctx.get("DV")
+            pkg["version"] = pkg.get("version") or ctx.get("DV")
             pkg["upstream_version"] = ctx.get("V") or ctx.get("T") or pkg["version"]
             pkg["toolkit_version"] = ctx.get("T")
             pkg["component"] = s.get("component") or repo.get("default_component")
@@ -209,7 +235,7 @@ def maintainer_scripts(pkg):
         funcs.append("""\
 # the kernel modules, as depmod registers them for the running kernel
 gpusim_modules_install() {
-    moddir="${GPUSIM_ROOT:-}/lib/modules/$(uname -r)"
+    moddir="${GPUSIM_ROOT:-}/lib/modules/%(kver)s"
     mkdir -p "$moddir/%(d)s"
     for m in %(names)s; do
         printf 'simulated NVIDIA kernel module %%s %(ver)s\\n' "$m" > "$moddir/%(d)s/$m.ko"
@@ -222,7 +248,7 @@ gpusim_modules_install() {
 }
 
 gpusim_modules_remove() {
-    moddir="${GPUSIM_ROOT:-}/lib/modules/$(uname -r)"
+    moddir="${GPUSIM_ROOT:-}/lib/modules/%(kver)s"
     for m in %(names)s; do
         rm -f "$moddir/%(d)s/$m.ko"
     done
@@ -233,6 +259,8 @@ gpusim_modules_remove() {
     fi
 }
 """ % {"d": d, "names": " ".join(names), "ver": pkg["upstream_version"], "regex": regex,
+       # a per-kernel package's modules belong to its kernel; DKMS builds for the running one
+       "kver": mods["kver"] if mods.get("kver") else "$(uname -r)",
        "lines": " ".join("'%s'" % l for l in dep_lines)})
         inst_cmds.append("gpusim_modules_install")
         rm_cmds.append("gpusim_modules_remove")
@@ -536,6 +564,7 @@ def write_list(out, base_url):
 
 def inputs_hash():
     h = hashlib.sha256()
+    h.update(kernel_release().encode() + b"\0")
     roots = [HERE, os.path.join(SIM, "gpusim"), os.path.join(SIM, "bin")]
     for root in roots:
         for dirpath, dirnames, filenames in os.walk(root):

@@ -27,17 +27,39 @@ pytestmark = pytest.mark.skipif(any(shutil.which(t) is None for t in ("dpkg-deb"
 U = "0ubuntu0.24.04.1"
 DRIVERS = [("570", "570.195.03"), ("580", "580.95.05"), ("580", "580.105.08")]
 UBUNTU = ["libnvidia-compute-{B}-server", "nvidia-compute-utils-{B}-server", "nvidia-utils-{B}-server",
-          "nvidia-kernel-common-{B}-server", "linux-modules-nvidia-{B}-server-generic",
-          "linux-modules-nvidia-{B}-server-open-generic", "nvidia-headless-{B}-server",
-          "nvidia-headless-{B}-server-open", "nvidia-driver-{B}-server", "nvidia-driver-{B}-server-open"]
+          "nvidia-kernel-common-{B}-server", "nvidia-headless-{B}-server", "nvidia-headless-{B}-server-open",
+          "nvidia-headless-no-dkms-{B}-server", "nvidia-headless-no-dkms-{B}-server-open",
+          "nvidia-kernel-source-{B}-server", "nvidia-kernel-source-{B}-server-open",
+          "nvidia-dkms-{B}-server", "nvidia-dkms-{B}-server-open",
+          "nvidia-driver-{B}-server", "nvidia-driver-{B}-server-open"]
+# The kernel the archive's signed modules are built for (a real noble-updates one: research
+# ubuntu-signed-modules-no-dkms.md 3, whose metapackage version is 6.8.0-149.149).
+KVER = "6.8.0-149-generic"
+KABI = "6.8.0-149.149"
+# Per driver of the matrix, the per-kernel and flavour packages' version: the kernel's, '+N' per upload.
+KV = {"570.195.03": KABI + "+1", "580.95.05": KABI + "+2", "580.105.08": KABI + "+3"}
+KMOD = ["linux-modules-nvidia-{B}-server-generic", "linux-modules-nvidia-{B}-server-open-generic",
+        "linux-modules-nvidia-{B}-server-%s" % KVER, "linux-modules-nvidia-{B}-server-open-%s" % KVER]
 DEBIAN = ["nvidia-driver", "nvidia-kernel-dkms", "nvidia-open-kernel-dkms", "nvidia-smi", "libcuda1",
           "libnvidia-ml1", "libnvidia-ptxjitcompiler1", "nvidia-persistenced", "firmware-nvidia-gsp"]
 TOOLKIT = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
            "libnvidia-container1"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def kernel_release():
+    """Every build of this module is for KVER, whatever kernel runs the tests."""
+    saved = os.environ.get("GPUSIM_KERNEL_RELEASE")
+    os.environ["GPUSIM_KERNEL_RELEASE"] = KVER
+    yield KVER
+    if saved is None:
+        del os.environ["GPUSIM_KERNEL_RELEASE"]
+    else:
+        os.environ["GPUSIM_KERNEL_RELEASE"] = saved
+
+
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory):
+def repo(tmp_path_factory, kernel_release):
     out = str(tmp_path_factory.mktemp("simrepo") / "simrepo")
     assert build_repo.main(["--out", out, "--base-url", "http://127.0.0.1:8765"]) == 0
     return out
@@ -90,27 +112,41 @@ def test_layout_and_summary(repo):
 def test_ubuntu_packages_and_depends(repo):
     idx = index(repo, "ubuntu/dists/noble-updates/restricted/binary-amd64/Packages")
     expected = {(n.format(B=b), "%s-%s" % (v, U)) for b, v in DRIVERS for n in UBUNTU}
+    expected |= {(n.format(B=b), KV[v]) for b, v in DRIVERS for n in KMOD}
     assert set(idx) == expected
     dv = "580.95.05-" + U
-    assert idx[("nvidia-driver-580-server-open", dv)]["Depends"] == (
-        "nvidia-headless-580-server-open (= %s), nvidia-utils-580-server (= %s), "
-        "linux-modules-nvidia-580-server-open-generic (= %s)" % (dv, dv, dv))
-    assert idx[("nvidia-driver-580-server", dv)]["Depends"] == (
-        "nvidia-headless-580-server (= %s), nvidia-utils-580-server (= %s), "
-        "linux-modules-nvidia-580-server-generic (= %s)" % (dv, dv, dv))
-    assert idx[("nvidia-headless-580-server-open", dv)]["Depends"] == (
-        "nvidia-kernel-common-580-server (= %s), libnvidia-compute-580-server (= %s), "
-        "nvidia-compute-utils-580-server (= %s), linux-modules-nvidia-580-server-open-generic (= %s)"
-        % (dv, dv, dv, dv))
+    # Canonical's debian/control (research 1): the driver metapackage pulls DKMS; the no-dkms headless
+    # metapackage does not, and brings no nvidia-smi (nvidia-utils); headless = no-dkms + dkms.
+    driver = idx[("nvidia-driver-580-server-open", dv)]["Depends"]
+    assert ("nvidia-dkms-580-server-open (<= 580.95.05-1), nvidia-dkms-580-server-open (>= 580.95.05)" in driver
+            and "nvidia-utils-580-server (= %s)" % dv in driver and "linux-modules" not in driver)
+    no_dkms = idx[("nvidia-headless-no-dkms-580-server-open", dv)]["Depends"]
+    assert "dkms" not in no_dkms.replace("no-dkms", "") and "nvidia-utils" not in no_dkms
+    assert "nvidia-kernel-source-580-server-open (= %s)" % dv in no_dkms
+    assert idx[("nvidia-headless-580-server", dv)]["Depends"] == (
+        "nvidia-headless-no-dkms-580-server, nvidia-dkms-580-server")
+    dkms = idx[("nvidia-dkms-580-server", dv)]
+    assert dkms["Provides"] == dkms["Conflicts"] == "nvidia-dkms-kernel"
     utils = idx[("nvidia-utils-580-server", dv)]
     assert (utils["Provides"], utils["Conflicts"], utils["Replaces"]) == ("nvidia-utils",) * 3
-    mods = idx[("linux-modules-nvidia-580-server-open-generic", dv)]
-    assert mods["Conflicts"] == ("linux-modules-nvidia-570-server-generic, linux-modules-nvidia-570-server-open-"
-                                 "generic, linux-modules-nvidia-580-server-generic") == mods["Replaces"]
+    # the flavour metapackage: the kernel's version, the per-kernel package at it, kernel-common >= the
+    # driver (packages.ubuntu.com); the per-kernel one pins kernel-common to one driver (the 515 stanza)
+    meta = idx[("linux-modules-nvidia-580-server-open-generic", KV["580.95.05"])]
+    assert meta["Depends"] == ("linux-modules-nvidia-580-server-open-%s (= %s), nvidia-kernel-common-580-server "
+                               "(>= 580.95.05)" % (KVER, KV["580.95.05"]))
+    per_kernel = idx[("linux-modules-nvidia-580-server-open-" + KVER, KV["580.95.05"])]
+    assert per_kernel["Depends"] == (
+        "linux-image-%s | linux-image-unsigned-%s, nvidia-kernel-common-580-server (<= 580.95.05-1), "
+        "nvidia-kernel-common-580-server (>= 580.95.05)" % (KVER, KVER))
+    assert per_kernel["Conflicts"] == per_kernel["Replaces"] == ", ".join(sorted(
+        n % KVER for n in ("linux-modules-nvidia-570-server-%s", "linux-modules-nvidia-570-server-open-%s",
+                           "linux-modules-nvidia-580-server-%s")))
     assert utils["Filename"] == ("pool/restricted/n/nvidia-graphics-drivers-580-server/"
                                  "nvidia-utils-580-server_%s_amd64.deb" % dv)
     main = index(repo, "ubuntu/dists/noble-updates/main/binary-amd64/Packages")
-    assert list(main) == [("ubuntu-drivers-common", "1:0.9.7.6ubuntu3.2")]
+    assert set(main) == {("ubuntu-drivers-common", "1:0.9.7.6ubuntu3.2"), ("linux-image-generic", KABI),
+                         ("linux-image-" + KVER, KABI)}
+    assert main[("linux-image-generic", KABI)]["Depends"] == "linux-image-" + KVER
 
 
 def test_debian_packages_and_depends(repo):
@@ -274,8 +310,8 @@ def test_maintainer_scripts_update_installed_state_and_modules(repo, tmp_path):
     state.write_text(json.dumps({"schema": 1, "gpus": [], "driver": {"installed": None, "loaded": None}}))
     env = dict(os.environ, GPUSIM_STATE=str(state), GPUSIM_ROOT=str(tmp_path / "root"), PYTHONPATH=SIM)
     dv = "580.95.05-" + U
-    mods = extract(deb_path(repo, "linux-modules-nvidia-580-server-open-generic", dv), tmp_path / "m")
-    prop = extract(deb_path(repo, "linux-modules-nvidia-580-server-generic", dv), tmp_path / "p")
+    mods = extract(deb_path(repo, "linux-modules-nvidia-580-server-open-" + KVER, KV["580.95.05"]), tmp_path / "m")
+    prop = extract(deb_path(repo, "linux-modules-nvidia-580-server-" + KVER, KV["580.95.05"]), tmp_path / "p")
     compute = extract(deb_path(repo, "libnvidia-compute-580-server", dv), tmp_path / "c")
 
     run_script(compute / "DEBIAN" / "postinst", "configure", env)
@@ -285,10 +321,10 @@ def test_maintainer_scripts_update_installed_state_and_modules(repo, tmp_path):
     s = json.loads(state.read_text())
     assert s["driver"]["installed"] == {"version": "580.95.05", "kernel_modules": "open",
                                         "packages": ["libnvidia-compute-580-server",
-                                                     "linux-modules-nvidia-580-server-open-generic"]}
+                                                     "linux-modules-nvidia-580-server-open-" + KVER]}
     assert s["driver"]["loaded"] is None                    # only a boot loads a module
-    kver = os.uname().release
-    dep = tmp_path / "root" / "lib" / "modules" / kver / "modules.dep"
+    # the per-kernel package's modules belong to its kernel, whatever kernel runs the script
+    dep = tmp_path / "root" / "lib" / "modules" / KVER / "modules.dep"
     assert "kernel/nvidia-580srv-open/nvidia.ko:\n" in dep.read_text()
     assert (dep.parent / "kernel" / "nvidia-580srv-open" / "nvidia-uvm.ko").is_file()
     # a second configure (reinstall) does not duplicate the modules.dep lines
@@ -306,6 +342,16 @@ def test_maintainer_scripts_update_installed_state_and_modules(repo, tmp_path):
     assert not (dep.parent / "kernel" / "nvidia-580srv-open").exists()
     run_script(compute / "DEBIAN" / "postrm", "remove", env)
     assert json.loads(state.read_text())["driver"]["installed"] is None
+
+
+def test_ubuntu_dkms_builds_for_the_running_kernel(repo, tmp_path):
+    env = dict(os.environ, GPUSIM_STATE=str(tmp_path / "s.json"), GPUSIM_ROOT=str(tmp_path / "root"),
+               PYTHONPATH=SIM)
+    dkms = extract(deb_path(repo, "nvidia-dkms-580-server-open", "580.95.05-" + U), tmp_path / "d")
+    run_script(dkms / "DEBIAN" / "postinst", "configure", env)
+    dep = (tmp_path / "root" / "lib" / "modules" / os.uname().release / "modules.dep").read_text()
+    assert "updates/dkms/nvidia.ko:\n" in dep      # where Ubuntu's DKMS installs the modules
+    assert json.loads((tmp_path / "s.json").read_text())["driver"]["installed"]["kernel_modules"] == "open"
 
 
 def test_debian_dkms_module_names_match_the_1_20_refresh_condition_only(repo, tmp_path):
@@ -363,27 +409,43 @@ def ubuntu_apt(repo, tmp_path):
     return lambda *a: apt(repo, tmp_path, sources, *a)
 
 
+UBUNTU_USERSPACE = ("libnvidia-compute-{B}-server", "nvidia-compute-utils-{B}-server",
+                    "nvidia-kernel-common-{B}-server", "nvidia-kernel-source-{B}-server-open")
+
+
 def test_apt_resolves_ubuntu_driver_metapackages(ubuntu_apt):
+    # the full driver pulls DKMS (research 1) ...
     res = ubuntu_apt("-s", "install", "nvidia-driver-580-server-open")
     assert res.returncode == 0, res.stdout + res.stderr
-    got = installs(res)
     dv = "580.105.08-" + U
-    assert got == {n.format(B="580"): dv for n in (
-        "libnvidia-compute-{B}-server", "nvidia-compute-utils-{B}-server", "nvidia-utils-{B}-server",
-        "nvidia-kernel-common-{B}-server", "linux-modules-nvidia-{B}-server-open-generic",
-        "nvidia-headless-{B}-server-open", "nvidia-driver-{B}-server-open")}
+    assert installs(res) == {n.format(B="580"): dv for n in UBUNTU_USERSPACE + (
+        "nvidia-utils-{B}-server", "nvidia-dkms-{B}-server-open", "nvidia-driver-{B}-server-open")}
+    # ... the no-DKMS set ubuntu-drivers --gpgpu installs does not (research 2), nvidia-utils added for nvidia-smi
+    res = ubuntu_apt("-s", "install", "nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server",
+                     "linux-modules-nvidia-580-server-open-generic")
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = installs(res)
+    assert got == dict({n.format(B="580"): dv for n in UBUNTU_USERSPACE + (
+        "nvidia-utils-{B}-server", "nvidia-headless-no-dkms-{B}-server-open")},
+        **{"linux-modules-nvidia-580-server-open-generic": KV["580.105.08"],
+           "linux-modules-nvidia-580-server-open-" + KVER: KV["580.105.08"], "linux-image-" + KVER: KABI})
     res = ubuntu_apt("-s", "install", "nvidia-driver-570-server")
-    assert res.returncode == 0 and installs(res)["linux-modules-nvidia-570-server-generic"] == "570.195.03-" + U
+    assert res.returncode == 0 and installs(res)["nvidia-dkms-570-server"] == "570.195.03-" + U
 
 
 def test_apt_pinned_older_driver_and_toolkit(ubuntu_apt):
     dv = "580.95.05-" + U
-    names = ["nvidia-driver-580-server", "nvidia-headless-580-server", "nvidia-utils-580-server",
-             "libnvidia-compute-580-server", "nvidia-compute-utils-580-server", "nvidia-kernel-common-580-server",
-             "linux-modules-nvidia-580-server-generic"]
-    res = ubuntu_apt("-s", "install", *["%s=%s" % (n, dv) for n in names])
+    names = ["nvidia-headless-no-dkms-580-server", "nvidia-utils-580-server", "libnvidia-compute-580-server",
+             "nvidia-compute-utils-580-server", "nvidia-kernel-common-580-server", "nvidia-kernel-source-580-server"]
+    kmod = ["linux-modules-nvidia-580-server-generic", "linux-modules-nvidia-580-server-" + KVER]
+    res = ubuntu_apt("-s", "install", *["%s=%s" % (n, dv) for n in names] + ["%s=%s" % (n, KV["580.95.05"])
+                                                                             for n in kmod])
     assert res.returncode == 0, res.stdout + res.stderr
-    assert set(installs(res).values()) == {dv}
+    assert set(v for n, v in installs(res).items() if n in names) == {dv}
+    # the signed modules of another driver do not fit the pinned userspace
+    res = ubuntu_apt("-s", "install", *["%s=%s" % (n, dv) for n in names] + ["%s=%s" % (n, KV["580.105.08"])
+                                                                             for n in kmod])
+    assert res.returncode == 100 and "nvidia-kernel-common-580-server (>= 580.105.08)" in res.stdout, res.stdout
     res = ubuntu_apt("-s", "install", *["%s=1.17.8-1" % n for n in TOOLKIT])     # NVIDIA's documented pin
     assert res.returncode == 0, res.stdout + res.stderr
     assert installs(res) == {n: "1.17.8-1" for n in TOOLKIT}
