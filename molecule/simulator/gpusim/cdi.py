@@ -127,6 +127,22 @@ def gpu_minor(gpu):
     return int(gpu.get("minor", gpu.get("index", 0)))
 
 
+def _mig_devices(gpu):
+    try:
+        from gpusim import mig
+    except ImportError:  # pragma: no cover
+        return []
+    return mig.devices(gpu)
+
+
+def mig_cap_minors(gpu, gi, ci):
+    """Minors of /dev/nvidia-caps/nvidia-cap<N> for `gpu<minor>/gi<gi>/access` and `.../ci<ci>/access`, as the
+    driver's /proc/driver/nvidia-caps/mig-minors lists them (config 1, monitor 2, then per GPU 15 GIs of one
+    access cap + 8 CI caps). Not from a capture (research mig.md §5: NOT FOUND): see DESIGN.md, MIG."""
+    base = 3 + gpu_minor(gpu) * 15 * 9 + gi * 9
+    return base, base + 1 + ci
+
+
 # --------------------------------------------------------------------------------------------------
 # Go / logrus compatible text
 
@@ -353,6 +369,19 @@ def build_spec(state, toolkit_version, driver_root="/", dev_root=None, vendor="n
         all_gids += gids
         for name in (str(gpu.get("index", 0)), gpu["uuid"]):
             devices.append({"name": name, "containerEdits": json.loads(json.dumps(edits))})
+    # MIG devices after the GPUs (nvcdi: the GPU specs, then the MIG device specs), named `<gpu>:<mig>` and by
+    # the MIG UUID (pkg/nvcdi/namer.go; research mig.md §5): the parent's node and the GI / CI capability nodes
+    for gpu in state.get("gpus", []):
+        for mig in _mig_devices(gpu):
+            paths = ["/dev/nvidia%d" % gpu_minor(gpu)] + [
+                "/dev/nvidia-caps/nvidia-cap%d" % m for m in mig_cap_minors(gpu, mig["gi"]["id"], mig["ci"]["id"])]
+            pairs = [device_node(pth, dev_root, feats, feature_flags) for pth in paths]
+            edits = _edits([e for e, _g in pairs], [g for _e, gs in pairs for g in gs])
+            for entry, gids in pairs[1:]:
+                all_nodes.append(entry)
+                all_gids += gids
+            for name in ("%d:%d" % (gpu.get("index", 0), mig["index"]), mig["uuid"]):
+                devices.append({"name": name, "containerEdits": json.loads(json.dumps(edits))})
     if not no_all_device and devices:
         devices.append({"name": "all", "containerEdits": json.loads(json.dumps(_edits(all_nodes, all_gids)))})
 

@@ -13,7 +13,7 @@
   gpusim fault throttle REASON [on|off] [--gpu N|all]
   gpusim fault xid CODE [--gpu N] [--pid P] [--name NAME] [--message TEXT]
   gpusim fault persistenced_stopped [on|off]
-  gpusim process add --gpu N --mib M [--pid P | --spawn] [--name NAME] [--type C|G|C+G]
+  gpusim process add --gpu N --mib M [--pid P | --spawn] [--name NAME] [--type C|G|C+G] [--gi G [--ci C]]
   gpusim process remove PID|--all
   gpusim process list
   gpusim driver install VERSION [--modules open|proprietary] [--package NAME]   (a package's postinst)
@@ -321,6 +321,8 @@ def process(args, path):
         mib = int(_opt(args, "--mib", "1024"))
         pname = _opt(args, "--name", "python3")
         ptype = _opt(args, "--type", "C")
+        gi_id = _opt(args, "--gi")   # a process on a MIG device: its GPU / compute instance (gpusim/mig.py)
+        ci_id = _opt(args, "--ci", "0")
         pid = _opt(args, "--pid")
         if _flag(args, "--spawn"):
             proc = subprocess.Popen(["sleep", "infinity"], start_new_session=True, stdin=subprocess.DEVNULL,
@@ -331,8 +333,14 @@ def process(args, path):
         def fn(s):
             if gpu not in [g["index"] for g in s["gpus"]]:
                 raise SystemExit("gpusim: no GPU %d" % gpu)
-            s["processes"].append({"pid": pid, "name": pname, "gpu_index": gpu, "used_mib": mib, "type": ptype,
-                                   "holder": True})
+            entry = {"pid": pid, "name": pname, "gpu_index": gpu, "used_mib": mib, "type": ptype, "holder": True}
+            if gi_id is not None:
+                g = [g for g in s["gpus"] if g["index"] == gpu][0]
+                if not any(gi["id"] == int(gi_id) and any(c["id"] == int(ci_id) for c in gi.get("cis") or [])
+                           for gi in g.get("mig_instances") or []):
+                    raise SystemExit("gpusim: no MIG device GI %s CI %s on GPU %d" % (gi_id, ci_id, gpu))
+                entry.update(gi_id=int(gi_id), ci_id=int(ci_id))
+            s["processes"].append(entry)
         st.update(fn, path)
         print(pid)
         return 0

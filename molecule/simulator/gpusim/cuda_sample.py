@@ -60,7 +60,8 @@ def cuda_error(root="/", env=None):
         return UNKNOWN
     if state.get("nvswitches") and (state.get("fabric") or {}).get("state") != "Completed":
         return NOT_READY
-    if all(g.get("mig_mode") for g in state["gpus"]):
+    if all(g.get("mig_mode") and not any(gi.get("cis") for gi in g.get("mig_instances") or [])
+           for g in state["gpus"]):   # no MIG device to run on (a MIG device: gpusim/mig.py)
         return BUSY
     return None
 

@@ -31,6 +31,7 @@ import subprocess
 import sys
 
 from gpusim import cdi as _cdi
+from gpusim import mig as _mig
 from gpusim import reload as _reload
 
 DEFAULT_VERSION = "1.18.0"
@@ -123,11 +124,36 @@ def capabilities(env):
 
 def select_gpus(state, devices):
     """The GPUs NVML knows that the device list names, in NVML (host) order; HookError when unknown."""
+    return select_devices(state, devices)[0]
+
+
+def _mig_match(gpus, dev):
+    """(gpu, (gi id, ci id)) for a MIG device named by its UUID (`MIG-...`) or `<gpu index>:<mig index>` (the
+    MIG device's index as `nvidia-smi -L` numbers it); None otherwise."""
+    for gpu in gpus:
+        for d in _mig.devices(gpu):
+            if dev == d["uuid"] or dev == "%s:%d" % (gpu.get("index"), d["index"]):
+                return gpu, (d["gi"]["id"], d["ci"]["id"])
+    return None
+
+
+def select_devices(state, devices):
+    """(GPUs in NVML order, {gpu uuid: [(gi, ci), ...]} for the GPUs given only as MIG devices)."""
     gpus = _cdi.nvml_gpus(state)
     if devices == ["all"] or "all" in devices:
-        return list(gpus)
+        return list(gpus), {}
     chosen = []
+    migs = {}
     for dev in devices:
+        mig = _mig_match(gpus, dev) if (dev.startswith("MIG-") or ":" in dev) else None
+        if mig is not None:
+            gpu, ids = mig
+            migs.setdefault(gpu.get("uuid"), [])
+            if ids not in migs[gpu.get("uuid")]:
+                migs[gpu.get("uuid")].append(ids)
+            if gpu not in chosen:
+                chosen.append(gpu)
+            continue
         match = None
         for gpu in gpus:
             uuid = gpu.get("uuid", "")
@@ -139,10 +165,12 @@ def select_gpus(state, devices):
             raise HookError("nvidia-container-cli: device error: %s: unknown device" % dev)
         if match not in chosen:
             chosen.append(match)
-    return [g for g in gpus if g in chosen]
+        migs[match.get("uuid")] = None     # the whole GPU
+    migs = {k: v for k, v in migs.items() if v is not None}
+    return [g for g in gpus if g in chosen], migs
 
 
-def container_state(state, gpus):
+def container_state(state, gpus, migs=None):
     """The state copy a container gets: only its GPUs, re-indexed from 0 in host order (as NVML in the
     container enumerates them), `minor` kept (the device node's number), the processes on those GPUs
     re-pointed at the new indexes, and "container": true (nvidia-smi lists no processes in a container:
@@ -155,6 +183,12 @@ def container_state(state, gpus):
         g["minor"] = _cdi.gpu_minor(gpu)
         remap[gpu.get("index")] = n
         g["index"] = n
+        if g.get("mig_instances"):
+            # A MIG-enabled GPU: the container reaches only the MIG devices it was given (their
+            # /dev/nvidia-caps nodes); given the GPU whole it sees no MIG device (gpusim/mig.py).
+            keep = (migs or {}).get(gpu.get("uuid")) or []
+            g["mig_instances"] = [dict(gi, cis=[c for c in gi.get("cis") or [] if (gi["id"], c["id"]) in keep])
+                                  for gi in g["mig_instances"] if any(gi["id"] == k[0] for k in keep)]
         new.append(g)
     procs = []
     for proc in state.get("processes", []):
@@ -256,7 +290,7 @@ def inject(state, rootfs, env, pid=None, make_node=None, host_root="/", gpusim_s
     condition = _cdi.driver_condition(state)
     if condition != "ok":
         raise HookError(DRIVER_ERRORS[condition])
-    gpus = select_gpus(state, devices)
+    gpus, migs = select_devices(state, devices)
     caps = capabilities(env)
     version = state["driver"]["loaded"]["version"]
     done = {"files": [], "links": [], "nodes": [], "gpus": [g.get("uuid") for g in gpus]}
@@ -272,7 +306,7 @@ def inject(state, rootfs, env, pid=None, make_node=None, host_root="/", gpusim_s
     state_dest = _inside(rootfs, STATE_IN_CONTAINER)
     os.makedirs(os.path.dirname(state_dest), exist_ok=True)
     with open(state_dest, "w", encoding="utf-8") as fh:
-        json.dump(container_state(state, gpus), fh, indent=2, sort_keys=True)
+        json.dump(container_state(state, gpus, migs), fh, indent=2, sort_keys=True)
         fh.write("\n")
     done["files"].append(STATE_IN_CONTAINER)
 

@@ -24,6 +24,7 @@ from xml.sax.saxutils import escape
 
 from . import catalogue
 from . import fabric as _fabric
+from . import mig as _mig
 from . import reload as _reload
 from . import state as st
 from . import topo as _topo
@@ -130,6 +131,10 @@ class Smi:
             sum(int(p.get("used_mib") or 0) for p in procs)
         total = int(m["memory_total_mib"])
         reserved = int(m.get("memory_reserved_mib", 0))
+        if gpu.get("mig_mode") and gpu.get("mig_instances"):
+            # MIG: the GPU's use is its GPU instances' (002: 11125 MiB for GIs of 11091 + 17 + 9 + 9 MiB)
+            used = int(gpu.get("memory_used_mib") or 0) + sum(
+                d["used"] for d in self.mig_views(gpu, procs) if d["first_of_gi"])
         used = min(used, total - reserved)
         free = total - reserved - used
         util = int(gpu.get("utilization_gpu") or 0)
@@ -160,6 +165,7 @@ class Smi:
             "persistence": bool(gpu.get("persistence_mode")),
             "compute_mode": gpu.get("compute_mode") or "Default",
             "mig_capable": bool(m.get("mig_capable")), "mig": bool(gpu.get("mig_mode")),
+            "mig_pending": _mig.pending(gpu), "mig_devices": self.mig_views(gpu, procs),
             "ecc": bool(m.get("ecc_default", True)),
             "total": total, "reserved": reserved, "used": used, "free": free,
             "bar1_total": int(m.get("bar1_total_mib", 131072)),
@@ -176,6 +182,23 @@ class Smi:
             "addressing_mode": "HMM" if open_mods else "None",
             "pcie_gen_max": m.get("pcie_gen_max", 5),
         }
+
+    def mig_views(self, gpu, procs):
+        """One dict per MIG device (gpusim/mig.py): memory is the GI's (shared by its CIs: 010), used = the GI's
+        idle use (002/010: 9 MiB for one memory slot, 17 for two) + its processes."""
+        out = []
+        m = catalogue.get(gpu["model"])
+        seen = set()
+        for d in _mig.devices(gpu):
+            gi, prof = d["gi"], d["profile"]
+            gi_procs = _mig.procs_on_gi(procs, gi["id"])
+            used = _mig.gi_overhead(gpu, prof) + sum(int(p.get("used_mib") or 0) for p in gi_procs)
+            slices = _mig.SLICES_BY_CI_PROFILE.get(d["ci"]["profile_id"], prof["slices"])
+            out.append(dict(d, used=min(used, prof["mib"]), total=prof["mib"], first_of_gi=gi["id"] not in seen,
+                            bar1=_mig.bar1_total(gpu, prof, int(m.get("bar1_total_mib", 131072))),
+                            sm=prof["sm"] * slices // prof["slices"]))
+            seen.add(gi["id"])
+        return out
 
     # ----- default table ----------------------------------------------------------------------
     def table(self, views):
@@ -208,6 +231,24 @@ class Smi:
             lines.append("|                                         |                        | %20s |" % mig)
             lines.append(sep_gpu)
         lines.append("" if new_layout else " " * 89)
+        migs = [(v["index"], d) for v in views for d in v["mig_devices"]]
+        if migs:   # 002 / 010: the MIG devices box after the GPUs
+            lines += ["+-----------------------------------------------------------------------------------------+",
+                      "| MIG devices:                                                                            |",
+                      "+------------------+----------------------------------+-----------+-----------------------+",
+                      "| GPU  GI  CI  MIG |              Shared Memory-Usage |        Vol|        Shared         |",
+                      "|      ID  ID  Dev |                Shared BAR1-Usage | SM     Unc| CE ENC  DEC  OFA  JPG |",
+                      "|                  |                                  |        ECC|                       |",
+                      "|==================+==================================+===========+=======================|"]
+            for idx, d in migs:
+                p = d["profile"]
+                lines.append("|%3d%5d%4d%4d  |%16dMiB / %5dMiB    | %2d%7s |%3d%4d%5d%5d%5d |" % (
+                    idx, d["gi"]["id"], d["ci"]["id"], d["index"], d["used"], d["total"], d["sm"], "0",
+                    p["ce"], p["enc"], p["dec"], p["ofa"], p["jpeg"]))
+                lines.append("|                  |%16dMiB / %5dMiB    |           |                       |" % (
+                    0, d["bar1"]))
+                lines.append("+------------------+----------------------------------+-----------+-----------------------+")
+            lines.append("" if new_layout else " " * 89)
         lines += ["+-----------------------------------------------------------------------------------------+",
                   "| Processes:                                                                              |",
                   "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |",
@@ -220,6 +261,11 @@ class Smi:
             name = p.get("name") or ""
             if len(name) > 38:
                 name = "..." + name[-35:]
+            if p.get("gi_id") is not None:   # 002: the GI / CI ids of a process on a MIG device
+                lines.append("|%5d%5d%5d%17d%7s   %-38s%5dMiB |" % (
+                    idx, int(p["gi_id"]), int(p.get("ci_id") or 0), int(p["pid"]), p.get("type") or "C", name,
+                    int(p.get("used_mib") or 0)))
+                continue
             lines.append("|%5d   N/A  N/A%16d%7s   %-38s%5dMiB |" % (
                 idx, int(p["pid"]), p.get("type") or "C", name, int(p.get("used_mib") or 0)))
         lines.append("+-----------------------------------------------------------------------------------------+")
@@ -227,7 +273,12 @@ class Smi:
 
     # ----- -L ---------------------------------------------------------------------------------
     def list_gpus(self, views):
-        return "".join("GPU %d: %s (UUID: %s)\n" % (v["index"], v["name"], v["uuid"]) for v in views)
+        out = []
+        for v in views:
+            out.append("GPU %d: %s (UUID: %s)\n" % (v["index"], v["name"], v["uuid"]))
+            for d in v["mig_devices"]:   # 028 / 068: `  MIG 1g.10gb     Device  0: (UUID: MIG-...)`
+                out.append("  MIG %-11s Device %2d: (UUID: %s)\n" % (d["name"], d["index"], d["uuid"]))
+        return "".join(out)
 
     # ----- -q ---------------------------------------------------------------------------------
     def _subst(self, v, xml=False):
@@ -240,7 +291,7 @@ class Smi:
             "architecture": v["architecture"], "display_attached": "No",
             "persistence_mode": on(v["persistence"]), "addressing_mode": v["addressing_mode"],
             "mig_current": on(v["mig"]) if v["mig_capable"] else "N/A",
-            "mig_pending": on(v["mig"]) if v["mig_capable"] else "N/A",
+            "mig_pending": on(v["mig_pending"]) if v["mig_capable"] else "N/A",
             "serial": v["serial"], "uuid": v["uuid"],
             "pdi": "0x%016x" % (int(v["uuid"].replace("GPU-", "").replace("-", "")[:16] or "0", 16)
                                 if all(c in "0123456789abcdefABCDEF-" for c in v["uuid"][4:]) else 0),
@@ -304,16 +355,39 @@ class Smi:
             return ["    Processes                                          : None"]
         out = ["    Processes"]
         for p in sorted(v["procs"], key=lambda p: p["pid"]):
-            out += ["        GPU instance ID                   : N/A",
-                    "        Compute instance ID               : N/A",
+            gi = "N/A" if p.get("gi_id") is None else str(int(p["gi_id"]))
+            ci = "N/A" if p.get("gi_id") is None else str(int(p.get("ci_id") or 0))
+            out += ["        GPU instance ID                   : %s" % gi,
+                    "        Compute instance ID               : %s" % ci,
                     "        Process ID                        : %d" % int(p["pid"]),
                     "            Type                          : %s" % (p.get("type") or "C"),
                     "            Name                          : %s" % (p.get("name") or ""),
                     "            Used GPU Memory               : %d MiB" % int(p.get("used_mib") or 0)]
         return out
 
+    def _q_mig_devices(self, v):
+        out = []
+        kv = lambda ind, k, val: "%s%-*s: %s" % (" " * ind, 55 - ind, k, val)  # noqa: E731
+        for d in v["mig_devices"]:
+            p = d["profile"]
+            out += ["    MIG Device", kv(8, "Index", d["index"]), kv(8, "GPU Instance ID", d["gi"]["id"]),
+                    kv(8, "Compute Instance ID", d["ci"]["id"]), "        Device Attributes", "            Shared",
+                    kv(16, "Multiprocessor count", d["sm"]), kv(16, "Copy Engine count", p["ce"]),
+                    kv(16, "Encoder count", p["enc"]), kv(16, "Decoder count", p["dec"]),
+                    kv(16, "OFA count", p["ofa"]), kv(16, "JPG count", p["jpeg"]),
+                    "        ECC Errors", "            Volatile", kv(16, "SRAM Uncorrectable", 0),
+                    "        Shared FB Memory Usage", kv(12, "Total", "%d MiB" % d["total"]),
+                    kv(12, "Reserved", "0 MiB"), kv(12, "Used", "%d MiB" % d["used"]),
+                    kv(12, "Free", "%d MiB" % (d["total"] - d["used"])),
+                    "        Shared BAR1 Memory", kv(12, "Total", "%d MiB" % d["bar1"]), kv(12, "Used", "0 MiB"),
+                    kv(12, "Free", "%d MiB" % d["bar1"])]
+        return out
+
     def q_gpu_lines(self, v):
         body = _read_template("q_gpu.txt").substitute(self._subst(v)).rstrip("\n").split("\n")
+        if v["mig_devices"]:   # 003: the MIG Device blocks after MIG Mode / Pending
+            at = next(i for i, line in enumerate(body) if line.startswith("        Pending")) + 1
+            body[at:at] = self._q_mig_devices(v)
         return body + self._q_processes(v) + ["    Capabilities", "        EGM" + " " * 44 + ": disabled"]
 
     def query(self, views, displays=None):
@@ -346,7 +420,10 @@ class Smi:
             d = self._subst(v, xml=True)
             d["supported_clocks"] = self._xml_supported_clocks(v)
             d["processes"] = self._xml_processes(v)
-            parts.append(tmpl.substitute(d).rstrip("\n"))
+            text = tmpl.substitute(d).rstrip("\n")
+            if v["mig_devices"]:   # 019 / 039: <mig_devices><mig_device>...
+                text = text.replace("\t\t<mig_devices>\n\t\t\tNone\n\t\t</mig_devices>", self._xml_mig_devices(v), 1)
+            parts.append(text)
         parts += ["", "</nvidia_smi_log>"]
         return "\n".join(parts) + "\n"
 
@@ -367,14 +444,44 @@ class Smi:
         out.append("\t\t</supported_clocks>")
         return "\n".join(out)
 
+    def _xml_mig_devices(self, v):
+        out = ["\t\t<mig_devices>"]
+        for d in v["mig_devices"]:
+            p = d["profile"]
+            t = "\t\t\t"
+            out += [t + "<mig_device>", t + "\t<index>%d</index>" % d["index"],
+                    t + "\t<gpu_instance_id>%d</gpu_instance_id>" % d["gi"]["id"],
+                    t + "\t<compute_instance_id>%d</compute_instance_id>" % d["ci"]["id"],
+                    t + "\t<device_attributes>", t + "\t\t<shared>",
+                    t + "\t\t\t<multiprocessor_count>%d</multiprocessor_count>" % d["sm"],
+                    t + "\t\t\t<copy_engine_count>%d</copy_engine_count>" % p["ce"],
+                    t + "\t\t\t<encoder_count>%d</encoder_count>" % p["enc"],
+                    t + "\t\t\t<decoder_count>%d</decoder_count>" % p["dec"],
+                    t + "\t\t\t<ofa_count>%d</ofa_count>" % p["ofa"],
+                    t + "\t\t\t<jpg_count>%d</jpg_count>" % p["jpeg"],
+                    t + "\t\t</shared>", t + "\t</device_attributes>",
+                    t + "\t<ecc_error_count>", t + "\t\t<volatile_count>",
+                    t + "\t\t\t<sram_uncorrectable>0</sram_uncorrectable>",
+                    t + "\t\t</volatile_count>", t + "\t</ecc_error_count>",
+                    t + "\t<fb_memory_usage>", t + "\t\t<total>%d MiB</total>" % d["total"],
+                    t + "\t\t<reserved>0 MiB</reserved>", t + "\t\t<used>%d MiB</used>" % d["used"],
+                    t + "\t\t<free>%d MiB</free>" % (d["total"] - d["used"]), t + "\t</fb_memory_usage>",
+                    t + "\t<bar1_memory_usage>", t + "\t\t<total>%d MiB</total>" % d["bar1"],
+                    t + "\t\t<used>0 MiB</used>", t + "\t\t<free>%d MiB</free>" % d["bar1"],
+                    t + "\t</bar1_memory_usage>", t + "</mig_device>"]
+        out.append("\t\t</mig_devices>")
+        return "\n".join(out)
+
     def _xml_processes(self, v):
         if not v["procs"]:
             return "\t\t<processes>\n\t\t</processes>"
         out = ["\t\t<processes>"]
         for p in sorted(v["procs"], key=lambda p: p["pid"]):
             out += ["\t\t\t<process_info>",
-                    "\t\t\t\t<gpu_instance_id>N/A</gpu_instance_id>",
-                    "\t\t\t\t<compute_instance_id>N/A</compute_instance_id>",
+                    "\t\t\t\t<gpu_instance_id>%s</gpu_instance_id>" % (
+                        "N/A" if p.get("gi_id") is None else int(p["gi_id"])),
+                    "\t\t\t\t<compute_instance_id>%s</compute_instance_id>" % (
+                        "N/A" if p.get("gi_id") is None else int(p.get("ci_id") or 0)),
                     "\t\t\t\t<pid>%d</pid>" % int(p["pid"]),
                     "\t\t\t\t<type>%s</type>" % escape(p.get("type") or "C"),
                     "\t\t\t\t<process_name>%s</process_name>" % escape(p.get("name") or ""),
@@ -461,7 +568,8 @@ class Smi:
             "clocks.max.sm": lambda: (str(v["max_clocks"][1]), "MHz"),
             "clocks.max.memory": lambda: (str(v["max_clocks"][2]), "MHz"),
             "mig.mode.current": lambda: ((en(v["mig"]) if v["mig_capable"] else "[N/A]"), None),
-            "mig.mode.pending": lambda: ((en(v["mig"]) if v["mig_capable"] else "[N/A]"), None),
+            "mig.mode.pending": lambda: ((en(v.get("mig_pending", v["mig"])) if v["mig_capable"] else "[N/A]"),
+                                         None),
             "gsp.mode.current": lambda: ("Enabled", None),
             "gsp.mode.default": lambda: ("Enabled", None),
         }
@@ -562,9 +670,25 @@ class Smi:
                 out.append("Terminating early due to previous errors.")
                 return "\n".join(out) + "\n", RC_NOTSUPPORTED
         targets = {v["gpu"]["uuid"] for v in views}
-        for v in views:
-            out.append("%s MIG Mode for GPU %s" % ("Enabled" if enable else "Disabled", v["pci_bus_id"]))
-        return _set_and_done(path, targets, "mig_mode", enable, out)
+
+        def apply(s):
+            for g in s["gpus"]:
+                if g["uuid"] in targets:
+                    out.extend(_mig.set_mode(self, g, enable, s))
+        st.update(apply, path)
+        out.append("All done.")
+        return "\n".join(out) + "\n", RC_OK
+
+    def gpu_reset(self, views, path):
+        """`nvidia-smi -r` (gpusim/mig.py)."""
+        targets = {v["gpu"]["uuid"] for v in views}
+        result = {}
+
+        def apply(s):
+            result["r"] = _mig.gpu_reset(self, [g for g in s["gpus"] if g["uuid"] in targets], s)
+        st.update(apply, path)
+        out, rc = result["r"]
+        return "".join(line + "\n" for line in out), rc
 
     # ----- --version --------------------------------------------------------------------------
     def version_text(self):
@@ -690,6 +814,7 @@ class _Args:
         self.fmt = None
         self.pm = None
         self.mig = None
+        self.reset = False
 
 
 def parse_args(argv):
@@ -738,6 +863,8 @@ def parse_args(argv):
             a.fmt = {o: True for o in opts}
         elif name in ("-pm", "--persistence-mode"):
             a.pm = _switch(name, value(name))
+        elif name in ("-r", "--gpu-reset"):
+            a.reset = True
         elif name in ("-mig", "--multi-instance-gpu"):
             a.mig = _switch(name, value(name))
         elif arg.startswith("-i") and len(arg) > 2 and arg[2:].replace(",", "").isdigit():
@@ -862,6 +989,14 @@ def select(smi, views_all, ids):
 
 def run(argv, state_path=None, now=None, euid=None):
     """-> (stdout text, exit code). Everything nvidia-smi prints goes to stdout, as the real one does."""
+    mig_cmd = list(argv[:1]) == ["mig"]
+    mig_argv = list(argv[1:])
+    if mig_cmd:
+        try:
+            _mig.parse_mig_args(list(argv[1:]))
+        except ValueError:
+            return MSG_INVALID + "\n", RC_INVALID
+        argv = []
     topo_matrix = list(argv[:1]) == ["topo"]
     if topo_matrix and list(argv[1:]) not in (["-m"], ["--matrix"]):
         return MSG_INVALID + "\n", RC_INVALID
@@ -893,6 +1028,8 @@ def run(argv, state_path=None, now=None, euid=None):
     if topo_matrix:
         return _topo.render(state, gpus), RC_OK
     views_all = [smi.view(g, i) for i, g in enumerate(gpus)]
+    if mig_cmd:
+        return _mig.run_mig(smi, views_all, list(mig_argv), state_path, st)
     views = select(smi, views_all, args.ids)
     if views is None:
         return MSG_NO_DEVICES + "\n", RC_NOTFOUND
@@ -900,6 +1037,8 @@ def run(argv, state_path=None, now=None, euid=None):
         return smi.set_persistence(views, args.pm, state_path)
     if args.mig is not None:
         return smi.set_mig(views, args.mig, state_path)
+    if args.reset:
+        return smi.gpu_reset(views, state_path)
     if args.query_gpu is not None:
         return smi.query_gpu(views, args.query_gpu, args.fmt)
     if args.query_apps is not None:
