@@ -18,12 +18,14 @@ import re
 from functools import cmp_to_key
 
 try:
+    from ansible.module_utils.cuda_repo import plan_packages as cuda_repo_packages
     from ansible.module_utils.driver_sources import SourcesError, paragraphs
     from ansible.module_utils.gpu_arch import lookup as arch_lookup
     from ansible.module_utils.host_parse import (
         HostParseError, package_traits, parse_ubuntu_drivers_devices)
     from ansible.module_utils.secure_boot import signed_modules_metapackage
 except ImportError:
+    from cuda_repo import plan_packages as cuda_repo_packages
     from driver_sources import SourcesError, paragraphs
     from gpu_arch import lookup as arch_lookup
     from host_parse import HostParseError, package_traits, parse_ubuntu_drivers_devices
@@ -34,7 +36,9 @@ class DriverChoiceError(ValueError):
     """The request cannot be served on this host; the message names the GPU, the branch and the fix."""
 
 
-STYLES = ("ubuntu", "debian")
+# nvidia: NVIDIA's CUDA repository (module_utils/cuda_repo.py names its packages; request["cuda_repo_family"]
+# debian|ubuntu says which naming the host's repository uses).
+STYLES = ("ubuntu", "debian", "nvidia")
 FLAVORS = ("server", "desktop")
 KERNEL_MODULES = ("auto", "open", "proprietary")
 FABRIC_MANAGER_MODES = ("auto", "always", "never")
@@ -230,14 +234,24 @@ def signed_flavours(names, variant):
     return sorted(flavours)
 
 
+_FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):\s?(.*)$")
+
+
 def parse_apt_show(text):
-    """``apt-cache show P...`` -> [{package, version, depends}] (every version apt knows, in its order)."""
-    try:
-        found = paragraphs(text or "")
-    except SourcesError as exc:
-        raise DriverChoiceError("apt-cache show printed what apt cannot have written (%s)" % exc)
-    return [{"package": (f.get("package") or "").strip(), "version": (f.get("version") or "").strip(),
-             "depends": (f.get("depends") or "").strip()} for _line, f in found if f.get("package")]
+    """``apt-cache show P...`` -> [{package, version, depends}] (every version apt knows, in its order).
+    Paragraphs are separated by blank lines; only the fields matter, so a description whose continuation
+    lines lost their leading space (as copies in documents do) is read too."""
+    stanzas = []
+    for block in re.split(r"\n\s*\n", text or ""):
+        fields = {}
+        for line in block.splitlines():
+            match = _FIELD.match(line)
+            if match and match.group(1).lower() not in fields:
+                fields[match.group(1).lower()] = match.group(2).strip()
+        if fields.get("package"):
+            stanzas.append({"package": fields["package"], "version": fields.get("version", ""),
+                            "depends": fields.get("depends", "")})
+    return stanzas
 
 
 def built_for_driver(depends, branch, flavor):
@@ -403,9 +417,12 @@ def fabric_manager_wanted(request):
     if request["style"] != "ubuntu":
         raise DriverChoiceError(
             "this host has %d NVSwitch (%s): it needs nvidia-fabricmanager at the driver's exact version, which "
-            "Debian's archive does not carry. Fix: an Ubuntu host (nvidia_driver_package_style: ubuntu with "
+            "%s. Fix: an Ubuntu host (nvidia_driver_package_style: ubuntu with "
             "Ubuntu's archive), or nvidia_driver_fabric_manager: never to install the driver alone (CUDA then "
-            "fails with 802 until a matching fabric manager runs)" % (len(switches), ", ".join(switches[:4])))
+            "fails with 802 until a matching fabric manager runs)" % (
+                len(switches), ", ".join(switches[:4]),
+                "gpuhost does not install from NVIDIA's CUDA repository yet (nvidia_driver_package_style: nvidia)"
+                if request["style"] == "nvidia" else "Debian's archive does not carry"))
     return True, "%d NVSwitch on the PCI bus (%s)" % (len(switches), ", ".join(switches[:4]))
 
 
@@ -459,11 +476,13 @@ def ubuntu_signed_packages(branch, flavor, modules, kernel_flavour=None, kernel=
 
 def top_packages(request, branch, modules):
     """The packages the role names to apt, main package first."""
-    if request["style"] == "ubuntu" and not request.get("dkms", True):
+    if request["style"] == "ubuntu" and not request.get("dkms"):
         packages = ubuntu_signed_packages(branch, request["flavor"], modules, request.get("kernel_flavour_resolved"),
                                           request.get("kernel_release"))
     elif request["style"] == "ubuntu":
         packages = [ubuntu_package(branch, request["flavor"], modules)]
+    elif request["style"] == "nvidia":
+        packages = cuda_repo_packages(request.get("cuda_repo_family") or "debian", branch, modules)
     else:
         packages = list(request.get("debian_packages") or ["nvidia-driver"])
         kernel = (request.get("debian_kernel_packages") or {}).get(modules)
@@ -593,6 +612,9 @@ def resolve_branch(request, pre, gpus, installed, query):
         return floor, ("newest %s of the apt sources this run adds, at least branch %d for these GPUs "
                        "(check mode cannot read those sources yet)" % (main, floor))
     if not newest or not version_branch(newest):
+        if request["style"] == "nvidia":
+            raise DriverChoiceError("nvidia_driver_branch is auto but no %s package is in the apt sources: is "
+                                    "NVIDIA's CUDA repository (nvidia_driver_cuda_repo_url) reachable?" % main)
         raise DriverChoiceError("nvidia_driver_branch is auto but no %s package is in the apt sources "
                                 "(enable non-free, or set nvidia_driver_repositories)" % main)
     return version_branch(newest), "newest %s in the apt sources (%s)" % (main, newest)

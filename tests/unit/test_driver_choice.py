@@ -667,3 +667,118 @@ def test_fabric_manager_modes_and_refusals():
     with pytest.raises(dc.DriverChoiceError, match="auto, always or never"):
         dc.precheck(request(fabric_manager="yes"), gpus_of(BLACKWELL))
     assert dc.precheck(request(), gpus_of(BLACKWELL))["fabric_manager"] is False
+
+
+# --- Ubuntu without DKMS: Canonical's signed modules ----------------------------------------------------
+
+# Captured on the driver scenario's target (real dpkg/apt, the simulated Ubuntu archive; README).
+KERNEL = "6.18.44-fc-v1272"
+KERNEL_IMAGES = load("dpkg-query-W-Depends_linux-image_gpusim-ubuntu.txt")
+PKGNAMES_OPEN = load("apt-cache-pkgnames_linux-modules-nvidia-580-server-open_gpusim.txt")
+PKGNAMES_CLOSED = load("apt-cache-pkgnames_linux-modules-nvidia-580-server_gpusim.txt")
+SHOW_OPEN = load("apt-cache-show_linux-modules-nvidia-580-server-open_gpusim.txt")
+NO_DKMS_MADISON = "".join(
+    " %s | %s-0ubuntu0.24.04.1 | MIRROR noble-updates/restricted amd64 Packages\n" % (p, v)
+    for p in ("nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server") for v in ("580.105.08", "580.95.05"))
+
+
+class SignedQuery(Query):
+    """Query plus the signed-modules questions, from the captures."""
+
+    def __init__(self, dpkg_text, kernel=KERNEL, images=KERNEL_IMAGES, pkgnames=PKGNAMES_OPEN, show=SHOW_OPEN):
+        super().__init__(dpkg_text, NO_DKMS_MADISON, "", load("ubuntu-drivers-devices_RTXPRO6000-server_gpusim.txt"))
+        self.kernel, self.images, self.names, self.shown = kernel, images, pkgnames, show
+
+    def kernel_release(self):
+        return self.kernel
+
+    def kernel_images(self):
+        return dc.parse_kernel_images(self.images)
+
+    def pkgnames(self, prefix):
+        return "\n".join(n for n in self.names.split() if n.startswith(prefix))
+
+    def show(self, packages):
+        return "\n\n".join(block for block in self.shown.split("\n\n") if any(
+            ("Package: %s\n" % p) in block for p in packages))
+
+
+def test_kernel_flavour_from_the_image_metapackage():
+    images = dc.parse_kernel_images(KERNEL_IMAGES)
+    assert images["linux-image-generic"] == {"version": "6.18.44-1.1", "installed": True,
+                                             "depends": ["linux-image-" + KERNEL]}
+    assert images["linux-image-unsigned-" + KERNEL]["installed"] is False
+    flavour, why = dc.kernel_flavour(images, KERNEL)
+    assert flavour == "generic" and why == "linux-image-generic depends on linux-image-" + KERNEL
+    # another kernel running: no metapackage depends on it
+    flavour, why = dc.kernel_flavour(images, "6.8.0-149-generic")
+    assert flavour is None and "installed metapackages: linux-image-generic" in why
+
+
+def test_signed_flavours_are_the_metapackages_of_that_variant_only():
+    assert dc.signed_flavours(PKGNAMES_OPEN, "580-server-open") == ["generic"]
+    # the closed variant's prefix also matches the open packages: they are not its flavours
+    assert dc.signed_flavours(PKGNAMES_CLOSED, "580-server") == ["generic"]
+
+
+def test_built_for_driver_reads_the_real_per_kernel_stanza():
+    # Ubuntu 22.04's real apt-cache show (NVIDIA's GPU Operator docs): kernel-common pinned to 515.86.01
+    stanzas = dc.parse_apt_show(load("apt-cache-show_linux-modules-nvidia-515-server-5.15.0-56-generic_cloud-native-docs.txt"))
+    assert [(s["package"], s["version"]) for s in stanzas] == [
+        ("linux-modules-nvidia-515-server-5.15.0-56-generic", "5.15.0-56.62+1")]
+    assert dc.built_for_driver(stanzas[0]["depends"], 515, "server") == "515.86.01"
+    assert dc.built_for_driver(stanzas[0]["depends"], 580, "server") is None
+    assert dc.built_for_driver(stanzas[0]["depends"], 515, "desktop") is None
+
+
+def test_signed_plan_installs_no_dkms_userspace_and_the_modules_built_for_the_driver():
+    result = dc.plan(request(style="ubuntu"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg()))
+    own = "linux-modules-nvidia-580-server-open-" + KERNEL
+    assert result["install"] == [
+        "nvidia-headless-no-dkms-580-server-open=580.105.08-0ubuntu0.24.04.1",
+        "nvidia-utils-580-server=580.105.08-0ubuntu0.24.04.1",
+        # the builds whose Depends carry nvidia-kernel-common-580-server (>= 580.105.08) in the capture
+        "linux-modules-nvidia-580-server-open-generic=6.18.44-1.1+3", own + "=6.18.44-1.1+3"]
+    assert result["kernel"]["flavour"] == "generic" and result["kernel"]["release"] == KERNEL
+    assert result["remove"] == [] and result["action"] == "install"
+    older = dc.plan(request(style="ubuntu", version="580.95.05"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg()))
+    assert "%s=6.18.44-1.1+2" % own in older["install"]
+
+
+def test_signed_plan_refusals_name_the_fix():
+    with pytest.raises(dc.DriverChoiceError) as err:
+        dc.plan(request(style="ubuntu", kernel_flavour="aws"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg()))
+    assert "no Canonical-signed nvidia modules for the aws kernel flavour" in str(err.value)
+    assert "flavours with signed 580-server-open modules: generic" in str(err.value)
+    assert "nvidia_driver_dkms: true" in str(err.value)
+    # a running kernel the archive has no build for
+    images = KERNEL_IMAGES.replace(KERNEL, "6.8.0-149-generic")
+    with pytest.raises(dc.DriverChoiceError) as err:
+        dc.plan(request(style="ubuntu"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg(), kernel="6.8.0-149-generic",
+                                                                         images=images))
+    assert "no signed nvidia modules for the running kernel 6.8.0-149-generic" in str(err.value)
+    assert "apt install linux-generic" in str(err.value)
+    # no flavour to be found
+    with pytest.raises(dc.DriverChoiceError, match="nvidia_driver_kernel_flavour"):
+        dc.plan(request(style="ubuntu"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg(), images=""))
+    with pytest.raises(dc.DriverChoiceError, match="nvidia_driver_kernel_flavour must be auto"):
+        dc.precheck(request(style="ubuntu", kernel_flavour="Generic!"), gpus_of(BLACKWELL))
+
+
+def test_signed_plan_refuses_a_driver_no_build_for_the_running_kernel_fits():
+    show = "\n\n".join(b for b in SHOW_OPEN.split("\n\n") if "(>= 580.95.05)" not in b)
+    with pytest.raises(dc.DriverChoiceError) as err:
+        dc.plan(request(style="ubuntu", version="580.95.05"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg(), show=show))
+    assert "built for driver 580.105.08, not 580.95.05" in str(err.value)
+    assert "nvidia_driver_version: 580.105.08" in str(err.value)
+
+
+def test_signed_plan_removes_the_dkms_packages_it_replaces():
+    # the driver scenario's own dpkg capture of a host gpuhost converged with the DKMS driver metapackage
+    dkms = "nvidia-driver-580-server-open\t580.105.08-0ubuntu0.24.04.1\thi \n" \
+           "nvidia-dkms-580-server-open\t580.105.08-0ubuntu0.24.04.1\tii \n"
+    result = dc.plan(request(style="ubuntu"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg() + dkms))
+    assert result["remove"] == ["nvidia-dkms-580-server-open", "nvidia-driver-580-server-open"]
+    assert result["action"] != "none"
+    assert dc.plan(request(style="ubuntu", dkms=True), gpus_of(BLACKWELL),
+                   Query(fresh_dpkg() + dkms, UBUNTU_MADISON, "", load("ubuntu-drivers-devices_RTXPRO6000-server_gpusim.txt")))["remove"] == []
