@@ -136,11 +136,10 @@ def _mig_devices(gpu):
 
 
 def mig_cap_minors(gpu, gi, ci):
-    """Minors of /dev/nvidia-caps/nvidia-cap<N> for `gpu<minor>/gi<gi>/access` and `.../ci<ci>/access`, as the
-    driver's /proc/driver/nvidia-caps/mig-minors lists them (config 1, monitor 2, then per GPU 15 GIs of one
-    access cap + 8 CI caps). Not from a capture (research mig.md §5: NOT FOUND): see DESIGN.md, MIG."""
-    base = 3 + gpu_minor(gpu) * 15 * 9 + gi * 9
-    return base, base + 1 + ci
+    """Minors of /dev/nvidia-caps/nvidia-cap<N> for `gpu<minor>/gi<gi>/access` and `.../ci<ci>/access`
+    (gpusim/mig.py cap_minors; DESIGN.md, MIG)."""
+    from gpusim import mig
+    return mig.cap_minors(gpu, gi, ci)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ Sources (docs/research/mig.md, tests/fixtures/mig/README.md, corpus nvidia_smi/ 
   nvidia-smi(1)'s RETURN VALUE (6 not found, 2 invalid argument, 4 no permission, 255 other error: In use,
   Insufficient Resources; mig-parted#181 shows exit status 255 for a failed --gpu-reset).
 """
+import os
+import stat as _stat
 import uuid as _uuid
 
 # ----- profiles -------------------------------------------------------------------------------------------------
@@ -140,9 +142,59 @@ def mig_uuid(gpu_uuid, gi, ci):
     return "MIG-" + str(_uuid.uuid5(_uuid.NAMESPACE_OID, "%s/%d/%d" % (gpu_uuid, gi, ci)))
 
 
+# ----- capability device nodes ---------------------------------------------------------------------------------
+# /dev/nvidia-caps/nvidia-cap<N> guard each GPU / compute instance (toolkit internal/nvcaps: research §5). NVML has
+# nvidia-modprobe make them when instances are created; the container toolkit injects a MIG device's two. Major:
+# dynamic on a real host ("nvidia-caps" in /proc/devices); mode 0444 (the capability's DeviceFileMode 292).
+CAPS_MAJOR = 236
+
+
+def caps_dir():
+    return os.environ.get("GPUSIM_CAPS_DIR") or "/dev/nvidia-caps"
+
+
+def cap_minors(gpu, gi, ci):
+    """Minors for `gpu<minor>/gi<gi>/access` and `.../ci<ci>/access` in the driver's mig-minors layout (config 1,
+    monitor 2, then per GPU 15 GIs of one access cap + 8 CI caps). Recalled, not from a capture (DESIGN.md, MIG)."""
+    base = 3 + int(gpu.get("minor", gpu.get("index", 0))) * 15 * 9 + gi * 9
+    return base, base + 1 + ci
+
+
+def _reachable(gpu, gi, ci):
+    """Where a /dev/nvidia-caps directory exists (a booted simulated host, or a container given MIG devices
+    through CDI) a MIG device is reachable only through its two capability nodes, as for NVML."""
+    d = caps_dir()
+    if not os.path.isdir(d):
+        return True
+    return all(os.path.exists(os.path.join(d, "nvidia-cap%d" % m)) for m in cap_minors(gpu, gi, ci))
+
+
+def make_cap_nodes(state):
+    """On a booted simulated host (root, /proc/driver/nvidia there): the capability nodes of every MIG device, as
+    nvidia-modprobe makes them for NVML. A no-op elsewhere (unit tests, containers)."""
+    if os.geteuid() != 0 or not os.path.isdir("/proc/driver/nvidia") or os.environ.get("GPUSIM_CAPS_DIR"):
+        return []
+    made = []
+    d = caps_dir()
+    os.makedirs(d, exist_ok=True)
+    for gpu in state.get("gpus", []):
+        for gi in gpu.get("mig_instances") or []:
+            for ci in gi.get("cis") or []:
+                for m in cap_minors(gpu, gi["id"], ci["id"]):
+                    path = os.path.join(d, "nvidia-cap%d" % m)
+                    if not os.path.exists(path):
+                        try:
+                            os.mknod(path, _stat.S_IFCHR | 0o444, os.makedev(CAPS_MAJOR, m))
+                            os.chmod(path, 0o444)
+                            made.append(path)
+                        except OSError:
+                            pass
+    return made
+
+
 def devices(gpu):
-    """The MIG devices of a GPU in NVML order (by GI id, then CI id): dicts with index, gi, ci, profile, ci_profile,
-    uuid, name (the -L / CI profile name)."""
+    """The MIG devices of a GPU in NVML order (by GI id, then CI id) that this process can reach: dicts with
+    index, gi, ci, profile, uuid, name (the -L / CI profile name)."""
     out = []
     if not gpu.get("mig_mode"):
         return out
@@ -151,6 +203,8 @@ def devices(gpu):
         if prof is None:
             continue
         for ci in sorted(gi.get("cis") or [], key=lambda c: c["id"]):
+            if not _reachable(gpu, gi["id"], ci["id"]):
+                continue
             out.append({"index": len(out), "gi": gi, "ci": ci, "profile": prof,
                         "uuid": ci.get("uuid") or mig_uuid(gpu["uuid"], gi["id"], ci["id"]),
                         "name": ci_name(prof, ci)})
@@ -469,7 +523,9 @@ def run_mig(smi, views, argv, path, st):
     def change(s):
         by_uuid = {g["uuid"]: g for g in s["gpus"]}
         holder["result"] = _change(smi, enabled, by_uuid, a, s)
-    st.update(change, path)
+    new = st.update(change, path)
+    if path is None:
+        make_cap_nodes(new)
     return holder["result"]
 
 

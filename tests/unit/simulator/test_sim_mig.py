@@ -320,3 +320,31 @@ def test_cdi_spec_names_mig_devices_as_the_toolkit(tmp_path):
     assert names == ["0", s["gpus"][0]["uuid"], "0:0", uuids[0], "0:1", uuids[1], "all"]
     nodes = [n["path"] for n in spec["devices"][2]["containerEdits"]["deviceNodes"]]
     assert nodes[0] == "/dev/nvidia0" and all(n.startswith("/dev/nvidia-caps/nvidia-cap") for n in nodes[1:])
+
+
+def test_cdi_container_sees_only_the_mig_device_whose_cap_nodes_it_got(tmp_path, monkeypatch):
+    p, s = _two_slices(tmp_path)
+    spec = cdimod.build_spec(s, "1.18.0", driver_root=str(tmp_path), dev_root=str(tmp_path))
+    want = [d for d in spec["devices"] if d["name"] == "0:1"][0]
+    caps = tmp_path / "container-dev-nvidia-caps"
+    caps.mkdir()
+    for node in want["containerEdits"]["deviceNodes"][1:]:   # what CDI puts in the container
+        (caps / os.path.basename(node["path"])).write_text("")
+    monkeypatch.setenv("GPUSIM_CAPS_DIR", str(caps))
+    listed = nvsmi_parse.parse_list(run_smi(p, "-L")[0])["gpus"][0]["mig_devices"]
+    assert [(d["index"], d["uuid"]) for d in listed] == [
+        (0, [d for d in spec["devices"] if d["containerEdits"] == want["containerEdits"]][1]["name"])]
+
+
+def test_cci_partial_compute_instance_as_the_510_capture(tmp_path):
+    p = host(tmp_path, "a100-80gb")
+    run_smi(p, "mig", "-cgi", "9")
+    gi = mig_parse.parse_lgi(run_smi(p, "mig", "-lgi")[0])[0]["instance_id"]
+    out, rc = run_smi(p, "mig", "-gi", str(gi), "-cci", "0")
+    # research §2 (510.47.03): `-gi 11 -cci 0` on a 1g GI; here CI profile 0 in a 3g GI (1 slice)
+    assert (out, rc) == ("Successfully created compute instance ID  0 on GPU  0 GPU instance ID %2d using profile "
+                         "MIG 1c.3g.40gb (ID  0)\n" % gi, 0)
+    sim = run_smi(p, "mig", "-lci")[0].splitlines()
+    real = fixture("lci_510.47.03_A100-PCIE-40GB_1c-partial-ci_no-closing-border.txt").splitlines()
+    row = [x for x in real if "1c.3g.20gb" in x][0].replace("1c.3g.20gb", "1c.3g.40gb")
+    assert sim[:6] == real[:6] and sim[6] == row.replace("     1       MIG", "%6d       MIG" % gi)
