@@ -32,10 +32,19 @@ version_added: "1.0.0"
 author: gpuhost
 options:
   package_style:
-    description: Packaging of the driver - V(ubuntu) (Ubuntu and derivatives) or V(debian).
+    description:
+      - Packaging of the driver - V(ubuntu) (Ubuntu and derivatives), V(debian), or V(nvidia) (NVIDIA's CUDA
+        repository, named as O(cuda_repo_family) says).
     type: str
     required: true
-    choices: [ubuntu, debian]
+    choices: [ubuntu, debian, nvidia]
+  cuda_repo_family:
+    description:
+      - With O(package_style=nvidia) - the naming of the host's CUDA repository, V(debian) (Debian's names for every
+        branch) or V(ubuntu) (branch-suffixed up to 580, unsuffixed from 590).
+    type: str
+    default: debian
+    choices: [debian, ubuntu]
   flavor:
     description: Ubuntu package flavour - V(server) (C(-server), headless datacenter branch) or V(desktop).
     type: str
@@ -402,7 +411,8 @@ def read_driver_record(module, path):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            package_style=dict(type="str", required=True, choices=["ubuntu", "debian"]),
+            package_style=dict(type="str", required=True, choices=["ubuntu", "debian", "nvidia"]),
+            cuda_repo_family=dict(type="str", default="debian", choices=["debian", "ubuntu"]),
             flavor=dict(type="str", default="server", choices=["server", "desktop"]),
             kernel_modules=dict(type="str", default="auto", choices=["auto", "open", "proprietary"]),
             branch=dict(type="str", default="auto"),
@@ -435,7 +445,7 @@ def main():
                "debian_packages": p["debian_packages"], "debian_kernel_packages": p["debian_kernel_packages"],
                "extra_packages": p["extra_packages"], "sources_pending": p["sources_pending"],
                "fabric_manager": p["fabric_manager"], "nvswitches": p["nvswitches"], "dkms": p["dkms"],
-               "kernel_flavour": p["kernel_flavour"]}
+               "kernel_flavour": p["kernel_flavour"], "cuda_repo_family": p["cuda_repo_family"]}
     gpus = gpu_summary(p["pci_devices"])
     try:
         if not p["query_host"]:

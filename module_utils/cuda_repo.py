@@ -12,6 +12,8 @@ tests/fixtures/cuda_repo/.
   family             debian | ubuntu: which naming the repository of a distro uses
   pinning_package    nvidia-driver-pinning-<branch> (its own version is not the driver's: "580-5")
   driver_packages    what the role names to apt for a branch and a kernel module flavour, main first
+  plan_packages      those and the branch's pinning package
+  repository         a host's repository: URL, key URL, fingerprint, naming family
   parse_pinning      `apt-cache search nvidia-driver-pinning` -> branches and versions offered
   archive_branches   the driver branches a host's own archive offers (madison lines not from the CUDA repo)
   auto_style         Debian + a GPU whose minimum branch the archive does not reach -> nvidia, and why
@@ -98,16 +100,36 @@ def driver_packages(repo_family, branch, modules):
     Debian: NVIDIA's repository keeps Debian's unsuffixed names for every branch: nvidia-driver and the
     DKMS package of the module flavour. Ubuntu: nvidia-open-<B> / cuda-drivers-<B> up to 580, nvidia-open /
     cuda-drivers from 590 (the branch then lives only in the version, held by the pinning package).
+    No branch (None or 0: not chosen yet): the unsuffixed names, whose newest version is the newest branch.
     """
-    branch = int(branch)
+    branch = int(branch) if branch else None
     if modules not in ("open", "proprietary"):
         raise CudaRepoError("kernel modules must be open or proprietary, got %r" % modules)
     if repo_family == "debian":
         return ["nvidia-driver", DEBIAN_KERNEL_PACKAGES[modules]]
     if repo_family == "ubuntu":
         base = "nvidia-open" if modules == "open" else "cuda-drivers"
-        return [base if branch > LAST_SUFFIXED_BRANCH else "%s-%d" % (base, branch)]
+        return [base if branch is None or branch > LAST_SUFFIXED_BRANCH else "%s-%d" % (base, branch)]
     raise CudaRepoError("package family must be debian or ubuntu, got %r" % repo_family)
+
+
+def plan_packages(repo_family, branch, modules):
+    """driver_packages and, once the branch is known, its pinning package last (installed by name)."""
+    packages = driver_packages(repo_family, branch, modules)
+    return packages + [pinning_package(branch)] if branch else packages
+
+
+def repository(distribution, version, machine, base_url=DEFAULT_BASE_URL):
+    """Where a host's CUDA repository is: {distro, arch, family, url, key_url, key_file, fingerprint}."""
+    distro = repo_distro(distribution, version)
+    if distro is None:
+        raise CudaRepoError("NVIDIA's CUDA repository has no driver packages gpuhost knows for %s %s (known: %s)"
+                            % (distribution, version, ", ".join(sorted(KEYS))))
+    arch = repo_arch(machine)
+    key = signing_key(distro)
+    url = repo_url(base_url, distro, arch)
+    return {"distro": distro, "arch": arch, "family": family(distro), "url": url, "key_url": url + key["file"],
+            "key_file": key["file"], "fingerprint": key["fingerprint"]}
 
 
 def parse_pinning(text):

@@ -541,6 +541,9 @@ def driver_packages(dpkg, upstream, branch, also=()):
             names.add(name)
         elif DRIVER_PACKAGE.search(name) and upstream_version(info["version"]) == upstream:
             names.add(name)
+        elif branch and name == "nvidia-driver-pinning-%d" % branch:
+            # NVIDIA's CUDA repository: the branch's pinning package has a version of its own (590-5)
+            names.add(name)
     for name in also:
         if dpkg.get(name, {}).get("installed"):
             names.add(name)
@@ -606,6 +609,10 @@ def resolve_branch(request, pre, gpus, installed, query):
                                     "(package ubuntu-drivers-common); install it or set nvidia_driver_branch")
         return branch_from_ubuntu_drivers(text, request, pre["kernel_modules"], gpus)
     main = top_packages(request, 0, pre["kernel_modules"])[0]
+    if request["style"] == "nvidia" and request.get("sources_pending") and floor:
+        # Debian's own nvidia-driver may be readable already; NVIDIA's repository, the one that counts, is not.
+        return floor, ("newest %s of NVIDIA's CUDA repository this run adds, at least branch %d for these GPUs "
+                       "(check mode cannot read it yet)" % (main, floor))
     versions = query.madison([main]).get(main, [])
     newest = _newest(versions)
     if (not newest or not version_branch(newest)) and request.get("sources_pending") and floor:

@@ -148,3 +148,182 @@ def test_auto_on_ubuntu_and_elsewhere():
     assert cr.auto_style("Debian", None, "")[0] == "debian"
     with pytest.raises(cr.CudaRepoError):
         cr.auto_style("Rocky", 570, "")
+
+
+# ---------------------------------------------------------------------------------------------
+# library/nvidia_driver_style.py: the decision on the GPUs of a real lspci capture
+
+
+def _style_module():
+    import ansible.module_utils
+    from conftest import ROOT
+    utils = os.path.join(ROOT, "module_utils")
+    if utils not in ansible.module_utils.__path__:
+        ansible.module_utils.__path__.append(utils)
+    import nvidia_driver_style
+    return nvidia_driver_style
+
+
+def _blackwell_pci():
+    import host_parse as hp
+    text = load("lspci-nn-D_4xRTXPRO6000-server_rocky10.txt", os.path.join(FIXTURES, "host"))
+    return hp.nvidia_gpus(hp.parse_lspci(text))
+
+
+def test_style_module_picks_nvidia_for_blackwell_on_debians_archive():
+    mod = _style_module()
+    trixie = load("apt-cache-madison_debian-trixie_nonfree+gpusim.txt", os.path.join(FIXTURES, "host"))
+    style, reason, floor = mod.decide("Debian", _blackwell_pci(), _debian_archive_only(trixie))
+    assert (style, floor) == ("nvidia", 570) and "branch 550" in reason
+    assert mod.decide("Debian", _blackwell_pci(), trixie)[0] == "debian"
+    # the CUDA repository already on the host does not count as Debian's archive
+    madison = load("debian12-madison-nvidia-driver.txt")
+    assert mod.decide("Debian", _blackwell_pci(), madison, cuda_repo_url=DEBIAN12_URL)[0] == "nvidia"
+
+
+def test_style_module_in_a_check_run_whose_sources_are_not_read_yet():
+    mod = _style_module()
+    style, reason, _ = mod.decide("Debian", _blackwell_pci(), "", sources_pending=True)
+    assert style == "debian" and "check mode" in reason
+    # what apt already reads decides even then
+    trixie = load("apt-cache-madison_debian-trixie_nonfree+gpusim.txt", os.path.join(FIXTURES, "host"))
+    assert mod.decide("Debian", _blackwell_pci(), _debian_archive_only(trixie), sources_pending=True)[0] == "nvidia"
+
+
+def test_style_module_through_ansible():
+    from conftest import run_ansible_module
+    result = run_ansible_module("nvidia_driver_style", {"distribution": "Ubuntu", "pci_devices": _blackwell_pci(),
+                                                        "distribution_version": "24.04"})
+    assert result["style"] == "ubuntu" and result["min_branch"] == 570 and not result["changed"]
+    assert result["repository"]["url"] == cr.DEFAULT_BASE_URL + "/ubuntu2404/x86_64/"
+    assert result["repository"]["family"] == "ubuntu" and result["repository_error"] is None
+    mirror = run_ansible_module("nvidia_driver_style", {"distribution": "Ubuntu", "pci_devices": [],
+                                                        "distribution_version": "22.04",
+                                                        "cuda_repo_url": "http://127.0.0.1:9/cuda"})
+    assert mirror["repository"]["key_url"] == "http://127.0.0.1:9/cuda/3bf863cc.pub"
+    old = run_ansible_module("nvidia_driver_style", {"distribution": "Ubuntu", "pci_devices": [],
+                                                     "distribution_version": "20.04"})
+    assert old["repository"] is None and "ubuntu2404" in old["repository_error"]
+    result = run_ansible_module("nvidia_driver_style", {"distribution": "Rocky", "pci_devices": []})
+    assert result["failed"] and "nvidia_driver_package_style" in result["msg"]
+
+
+def test_no_branch_yet_names_the_newest():
+    assert cr.driver_packages("ubuntu", None, "open") == ["nvidia-open"]
+    assert cr.driver_packages("debian", 0, "open") == ["nvidia-driver", "nvidia-kernel-open-dkms"]
+    assert cr.plan_packages("debian", None, "open") == ["nvidia-driver", "nvidia-kernel-open-dkms"]
+    assert cr.plan_packages("debian", 590, "proprietary") == ["nvidia-driver", "nvidia-kernel-dkms",
+                                                               "nvidia-driver-pinning-590"]
+    assert cr.plan_packages("ubuntu", 580, "open") == ["nvidia-open-580", "nvidia-driver-pinning-580"]
+
+
+def test_repository_of_a_host():
+    repo = cr.repository("Debian", "12", "x86_64")
+    assert repo["url"] == DEBIAN12_URL and repo["family"] == "debian"
+    assert repo["key_url"] == DEBIAN12_URL + "3bf863cc.pub"
+    trixie = cr.repository("Debian", "13", "x86_64", base_url="http://127.0.0.1:1/cuda/repos/")
+    assert trixie["url"] == "http://127.0.0.1:1/cuda/repos/debian13/x86_64/"
+    assert trixie["fingerprint"] == "02182E60104FCDC26EAE1B8597A5D4CB8793F200"
+    assert cr.repository("Ubuntu", "24.04", "aarch64")["url"].endswith("/ubuntu2404/sbsa/")
+    with pytest.raises(cr.CudaRepoError) as err:
+        cr.repository("Debian", "11", "x86_64")
+    assert "debian12" in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# driver_choice.plan with nvidia_driver_package_style: nvidia
+
+
+class _Query(object):
+    def __init__(self, madison, dpkg=""):
+        self.madison_text, self.dpkg_text = madison, dpkg
+
+    def dpkg(self):
+        return dc.parse_dpkg_query(self.dpkg_text)
+
+    def smi_owner(self):
+        return dc.parse_dpkg_search("")
+
+    def madison(self, packages):
+        return {p: v for p, v in dc.parse_madison(self.madison_text).items() if p in packages}
+
+    def ubuntu_drivers(self):
+        return None
+
+
+def _request(**kw):
+    base = {"style": "nvidia", "cuda_repo_family": "debian", "flavor": "server", "kernel_modules": "auto",
+            "branch": "auto", "version": "", "upgrade": False, "extra_packages": []}
+    base.update(kw)
+    return base
+
+
+def _a100():
+    import host_parse as hp
+    return dc.gpu_summary(hp.nvidia_gpus(hp.parse_lspci(load("lspci-n_A100_gcp.txt", os.path.join(FIXTURES, "host")))))
+
+
+def test_plan_from_nvidias_debian_repository():
+    madison = load("debian12-madison-nvidia-driver.txt")
+    result = dc.plan(_request(), _a100(), _Query(madison))
+    assert result["branch"] == 560 and result["kernel_modules"] == "proprietary"
+    assert result["packages"] == ["nvidia-driver", "nvidia-kernel-dkms", "nvidia-driver-pinning-560"]
+    assert result["install"][0] == "nvidia-driver=560.35.03-1"
+    # the pinning package by name: its own version is not the driver's
+    assert result["install"][-1] == "nvidia-driver-pinning-560"
+    older = dc.plan(_request(branch="555"), _a100(), _Query(madison))
+    assert older["install"][0] == "nvidia-driver=555.42.06-1" and older["install"][-1] == "nvidia-driver-pinning-555"
+
+
+def test_plan_refuses_a_repository_below_the_gpus_minimum():
+    madison = load("debian12-madison-nvidia-driver.txt")
+    gpus = dc.gpu_summary(_blackwell_pci())
+    with pytest.raises(dc.DriverChoiceError) as err:
+        dc.plan(_request(), gpus, _Query(madison))
+    assert "570" in str(err.value) and "560" in str(err.value)
+
+
+def test_plan_open_modules_for_blackwell_under_nvidias_name():
+    # NVIDIA's repository as the simulated one serves it (names and versions of docs/research 2, 5)
+    url = "http://127.0.0.1:8000/cuda/repos/debian12/x86_64  Packages"
+    madison = "".join("%s | %s | %s\n" % (name, version, url)
+                      for name in ("nvidia-driver", "nvidia-kernel-open-dkms", "nvidia-kernel-dkms")
+                      for version in ("590.48.01-1", "590.44.01-1", "580.126.09-1"))
+    gpus = dc.gpu_summary(_blackwell_pci())
+    result = dc.plan(_request(), gpus, _Query(madison))
+    assert result["kernel_modules"] == "open"
+    assert result["install"] == ["nvidia-driver=590.48.01-1", "nvidia-kernel-open-dkms=590.48.01-1",
+                                 "nvidia-driver-pinning-590"]
+    pinned = dc.plan(_request(branch="580"), gpus, _Query(madison))
+    assert pinned["install"] == ["nvidia-driver=580.126.09-1", "nvidia-kernel-open-dkms=580.126.09-1",
+                                 "nvidia-driver-pinning-580"]
+    with pytest.raises(dc.DriverChoiceError) as err:
+        dc.plan(_request(kernel_modules="proprietary"), gpus, _Query(madison))
+    assert "open kernel modules" in str(err.value)
+
+
+def test_ubuntu_family_names_in_the_plan():
+    request = _request(cuda_repo_family="ubuntu")
+    assert dc.top_packages(request, 580, "open") == ["nvidia-open-580", "nvidia-driver-pinning-580"]
+    assert dc.top_packages(request, 590, "proprietary") == ["cuda-drivers", "nvidia-driver-pinning-590"]
+    assert dc.top_packages(request, 0, "open")[0] == "nvidia-open"
+
+
+def test_check_run_before_the_repository_is_read_predicts_the_gpus_branch():
+    # Debian's own 535 is readable, NVIDIA's repository (added by the same check run) is not
+    trixie = load("apt-cache-madison_debian-trixie_nonfree+gpusim.txt", os.path.join(FIXTURES, "host"))
+    gpus = dc.gpu_summary(_blackwell_pci())
+    result = dc.plan(_request(sources_pending=True), gpus, _Query(_debian_archive_only(trixie)))
+    assert result["predicted"] and result["branch"] == 570
+    assert result["install"] == ["nvidia-driver", "nvidia-kernel-open-dkms", "nvidia-driver-pinning-570"]
+    # without the pending sources the same host is refused: Debian's 550 is all apt has
+    with pytest.raises(dc.DriverChoiceError):
+        dc.plan(_request(), gpus, _Query(_debian_archive_only(trixie)))
+
+
+def test_the_branchs_pinning_package_is_held_with_the_driver():
+    dpkg = dc.parse_dpkg_query("".join("%s\t%s\tii \n" % nv for nv in (
+        ("nvidia-driver", "590.48.01-1"), ("nvidia-kernel-open-dkms", "590.48.01-1"), ("nvidia-smi", "590.48.01-1"),
+        ("nvidia-driver-pinning-590", "590-5"), ("nvidia-driver-pinning-580.105.08", "580.105.08-1"))))
+    assert dc.driver_packages(dpkg, "590.48.01", 590) == [
+        "nvidia-driver", "nvidia-driver-pinning-590", "nvidia-kernel-open-dkms", "nvidia-smi"]
