@@ -30,7 +30,15 @@ start() {
   fi
   python3 "$REPO_ROOT/molecule/simulator/packages/build_repo.py" --out "$OUT" --base-url "http://127.0.0.1:$port" >&2
   if serving; then log "simulated repo served at http://127.0.0.1:$port"; return 0; fi
-  nohup python3 -m http.server --bind 127.0.0.1 --directory "$OUT" "$port" >"$HARNESS_RUN/simrepo.log" 2>&1 &
+  # The server outlives this run: it must not keep the caller's descriptors (a lock held around `make
+  # molecule` would stay held as long as it serves).
+  (
+    for fd in /proc/self/fd/*; do
+      fd="${fd##*/}"
+      if [ "$fd" -gt 2 ] 2>/dev/null; then eval "exec $fd>&-" 2>/dev/null || true; fi
+    done
+    exec nohup python3 -m http.server --bind 127.0.0.1 --directory "$OUT" "$port" >"$HARNESS_RUN/simrepo.log" 2>&1
+  ) &
   echo $! > "$PIDFILE"
   echo "$port" > "$PORTFILE"
   echo "$OUT" > "$DIRFILE"
