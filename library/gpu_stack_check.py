@@ -132,6 +132,13 @@ options:
       - containerd namespace of the check images (C(ctr -n)); Kubernetes keeps its images in C(k8s.io).
     type: str
     default: default
+  mig_layout:
+    description:
+      - The declared MIG layout (the nvidia_mig role's nvidia_mig_layout, GPU index to profile names or V(disabled)).
+        The C(mig_layout) check (persistence layer) fails where a GPU's MIG mode or GPU instances
+        (C(nvidia-smi mig -lgi)) differ from it, as after a reboot whose boot unit did not re-apply it. Unset or
+        empty, the check is skipped.
+    type: dict
   timeout:
     description:
       - Seconds each command may run (coreutils C(timeout) when installed). A container that outlives it
@@ -311,6 +318,7 @@ ARGUMENT_SPEC = dict(
     container_engine=dict(type="str", choices=["auto", "docker", "containerd"], default="auto"),
     containerd_namespace=dict(type="str", default="default"),
     timeout=dict(type="int", default=120),
+    mig_layout=dict(type="dict"),
 )
 
 
@@ -337,6 +345,7 @@ def main():
         "proc_version_path": params["proc_version_path"],
         "container_engine": params["container_engine"],
         "containerd_namespace": params["containerd_namespace"],
+        "mig_layout": params["mig_layout"],
     }
     io = module_host_io(module)
     diagnosis = evaluate(capture(io, options), options)

@@ -45,6 +45,8 @@ try:
     from ansible.module_utils import gpus_path as gpus_path_mod
     from ansible.module_utils.secure_boot import installed_packages
     from ansible.module_utils.driver_choice import upstream_version
+    from ansible.module_utils.mig_apply import DISABLED as MIG_DISABLED, LayoutError, instance_names, normalise_layout
+    from ansible.module_utils.mig_parse import parse_lgi
 except ImportError:  # unit tests put module_utils/ on sys.path
     import error_catalogue as catalogue
     from gpu_facts import build_facts, capture as capture_gpu
@@ -59,6 +61,8 @@ except ImportError:  # unit tests put module_utils/ on sys.path
     import gpus_path as gpus_path_mod
     from secure_boot import installed_packages
     from driver_choice import upstream_version
+    from mig_apply import DISABLED as MIG_DISABLED, LayoutError, instance_names, normalise_layout
+    from mig_parse import parse_lgi
 
 LAYERS = ("hardware", "driver", "fabric", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container",
           "health")
@@ -1217,6 +1221,94 @@ def mig_decides(cuda_probe, hardware):
                 data=dict(cuda_probe["data"], mig_gpus=[g["index"] for g in mig]))
 
 
+def check_mig_layout(declared, facts, lgi_cap=None):
+    """The MIG layout the nvidia_mig role declared (its host record, or the `mig_layout` option) against the GPUs:
+    MIG mode per GPU from the facts, the GPU instances from `nvidia-smi mig -lgi`. A layout lost at a reboot (the
+    boot unit did not run, or failed) or changed by hand fails here."""
+    command = "nvidia-smi mig -lgi"
+    try:
+        wanted = normalise_layout(declared)
+    except LayoutError as exc:
+        return result("mig_layout", "persistence", "warn", "the declared MIG layout cannot be read: %s" % exc.msg,
+                      remedy="fix nvidia_mig_layout", ev=evidence(command))
+    if not wanted:
+        return result("mig_layout", "persistence", "skipped", "no MIG layout declared (nvidia_mig_layout)",
+                      ev=evidence(command))
+    gpus = dict((g.get("index"), g) for g in facts.get("gpus") or [])
+    if facts.get("state") != "ok" or not gpus:
+        return result("mig_layout", "persistence", "skipped", "nvidia-smi does not work (driver layer)",
+                      ev=evidence(command))
+    rows = []
+    if lgi_cap is not None and lgi_cap.get("rc") == 0:
+        rows = parse_lgi(lgi_cap.get("stdout") or "")
+    live, differ, lines = {}, [], []
+    for index in sorted(wanted):
+        want = wanted[index]
+        gpu = gpus.get(index)
+        if gpu is None:
+            live[index] = None
+            differ.append(index)
+            lines.append("GPU %d: not on this host" % index)
+            continue
+        names = instance_names([r for r in rows if r["gpu"] == index])
+        live[index] = names if gpu.get("mig_mode") is True else MIG_DISABLED
+        have = "MIG disabled" if live[index] == MIG_DISABLED else "MIG enabled: %s" % (", ".join(names) or "no instance")
+        lines.append("GPU %d: %s (declared: %s)" % (index, have, "MIG disabled" if want == MIG_DISABLED
+                                                     else ", ".join(want) or "no instance"))
+        if want == MIG_DISABLED:
+            same = gpu.get("mig_mode") is not True
+        else:
+            same = gpu.get("mig_mode") is True and sorted(names) == sorted(want)
+        if not same:
+            differ.append(index)
+    data = {"declared": dict((str(k), v) for k, v in wanted.items()),
+            "live": dict((str(k), v) for k, v in live.items()), "differ": differ}
+    ev = evidence(_cmd(lgi_cap) if lgi_cap else command, lines, lgi_cap.get("rc") if lgi_cap else None)
+    if differ:
+        first = differ[0]
+        lost = live.get(first) in (MIG_DISABLED, []) and wanted[first] not in (MIG_DISABLED, [])
+        return result("mig_layout", "persistence", "fail",
+                      "MIG layout differs from the declared one on GPU %s: %s%s"
+                      % (", ".join(str(i) for i in differ), lines[sorted(wanted).index(first)],
+                         " - lost at a reboot or GPU reset?" if lost else ""),
+                      remedy="apply it again: `systemctl restart gpuhost-mig` (see `journalctl -u gpuhost-mig`) or "
+                             "site.yml --tags mig; stop the serving containers on the GPU first",
+                      ev=ev, data=data)
+    return result("mig_layout", "persistence", "ok", "MIG layout as declared on GPU %s"
+                  % ", ".join(str(i) for i in sorted(wanted)), ev=ev, data=data)
+
+
+def mig_whole_decides(serving_check, execs, facts):
+    """A serving container given a MIG-enabled GPU whole (its `nvidia-smi -L` lists the GPU, no MIG device under
+    it): CUDA there finds no device, so vLLM cannot start or serve. Turns an ok serving check into a fail."""
+    mig = dict((g.get("uuid"), g) for g in facts.get("gpus") or [] if g.get("mig_mode") is True and g.get("uuid"))
+    if not mig or not execs or serving_check.get("status") != "ok":
+        return serving_check
+    whole = []
+    for name in sorted(execs):
+        cap = execs[name]
+        if cap.get("rc") != 0:
+            continue
+        try:
+            listed = parse_list(cap.get("stdout") or "")
+        except ParseError:
+            continue
+        for gpu in listed["gpus"]:
+            if gpu.get("uuid") in mig and not gpu.get("mig_devices"):
+                whole.append((name, mig[gpu["uuid"]].get("index")))
+    if not whole:
+        return serving_check
+    name, index = whole[0]
+    data = dict(serving_check.get("data") or {}, mig_whole=[{"container": n, "gpu": i} for n, i in whole])
+    return dict(serving_check, status="fail",
+                summary="serving container %s is given GPU %s whole, but MIG is enabled there: CUDA in it sees no "
+                        "device (a MIG-enabled GPU offers only its MIG devices)"
+                        % (", ".join(sorted(set(n for n, _i in whole))), index),
+                remedy="give the instance a MIG device (vllm_instances gpus: '%s:0' or its MIG-<uuid>, `nvidia-smi -L`) "
+                       "or turn MIG off on GPU %s (nvidia_mig_layout: {'%s': disabled})" % (index, index, index),
+                data=data)
+
+
 def uvm_decides(device_nodes, cuda_probe):
     """CUDA's unknown error in the container while /dev/nvidia-uvm is missing on the host: the missing node
     is the cause, a failure of the driver layer (not the warning a host that ran no CUDA yet gets)."""
@@ -1657,6 +1749,7 @@ def evaluate(captures, options=None):
     if engine == "docker" and docker_check["status"] == "ok":
         serving_check = guarded("serving_gpus", "container", check_serving_gpus, captures.get("serving"),
                                 captures.get("serving_exec") or {}, dev_char_check)
+        serving_check = mig_whole_decides(serving_check, captures.get("serving_exec") or {}, facts)
     else:
         serving_check = result("serving_gpus", "container", "skipped", "%s is not running" % engine
                                if docker_check["status"] != "ok" else "serving containers run on docker",
@@ -1690,6 +1783,7 @@ def evaluate(captures, options=None):
         fabric_check,
         guarded("persistence", "persistence", check_persistence, facts, gpu_caps, captures.get("persistenced_active"),
                 captures.get("persistenced_enabled")),
+        guarded("mig_layout", "persistence", check_mig_layout, opts["mig_layout"], facts, captures.get("mig_lgi")),
         docker_check,
         toolkit_check,
         runtime_check,
@@ -1741,6 +1835,7 @@ DEFAULT_OPTIONS = {
     "proc_version_path": DEFAULT_PROC_VERSION,
     "container_engine": "auto",
     "containerd_namespace": DEFAULT_CONTAINERD_NAMESPACE,
+    "mig_layout": None,
 }
 
 
@@ -1817,6 +1912,9 @@ def capture(io, options=None):
         (link, readlink(link) if readlink else None)
         for link in dev_char_links(_char_numbers(caps["nodes"])))
     caps["proc_devices"] = io.read("/proc/devices")
+    if opts["mig_layout"] or any(g.get("mig_mode") is True for g in facts.get("gpus") or []):
+        caps["mig_lgi"] = _run(io, [facts.get("nvidia_smi_path") or opts["nvidia_smi_path"] or "nvidia-smi", "mig",
+                                    "-lgi"])
     caps["boot_caps"] = capture_boot(io)
     caps["boot"] = boot_facts(caps["boot_caps"])
     systemctl = io.which("systemctl")
