@@ -28,14 +28,17 @@ import hashlib
 import json
 import math
 import os
+import re
 
 try:
     from ansible.module_utils.safetensors_header import checkpoint_weight_bytes, SafetensorsError
     from ansible.module_utils import gpu_memory, vllm_overheads as vo
+    from ansible.module_utils.nvsmi_parse import parse_list
 except ImportError:  # plain import in unit tests and the CLI
     from safetensors_header import checkpoint_weight_bytes, SafetensorsError
     import gpu_memory
     import vllm_overheads as vo
+    from nvsmi_parse import parse_list
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -645,7 +648,7 @@ def remedies(spec, plan, others_utilization=0.0, overflow=None):
         each = even_share(overflow)
         if each > 0:
             out.append(_remedy("share_gpu_evenly", "--gpu-memory-utilization %.2f on each of the %d "
-                               "instances on GPU %d (sum %.2f <= %.2f)"
+                               "instances on GPU %s (sum %.2f <= %.2f)"
                                % (each, len(overflow["names"]), overflow["gpu_index"],
                                   each * len(overflow["names"]), room),
                                {"gpu_memory_utilization": each},
@@ -730,7 +733,7 @@ def gpu_rejudged(remedy, spec, overflow):
     if summed <= room + 1e-9:
         return dict(remedy, fits_gpu=True)
     return dict(remedy, verdict="refuse", fits_gpu=False,
-                description="%s - does not fix GPU %d: the budgets of its %d instances still sum to %.2f "
+                description="%s - does not fix GPU %s: the budgets of its %d instances still sum to %.2f "
                             "(room %.2f)" % (remedy["description"], overflow["gpu_index"], len(overflow["names"]),
                                              summed, room))
 
@@ -753,13 +756,14 @@ def check_instances(instances, gpu_memory_mib, held_mib=0, per_instance_mib=0):
         util = _utilization(inst.get("gpu_memory_utilization"), "instances[%d].gpu_memory_utilization" % i)
         name = str(inst.get("name") or "instance-%d" % i)
         index = inst.get("gpu_index", 0)
-        try:
-            index = int(index)
-        except (TypeError, ValueError):
-            raise PlanError("instances[%d].gpu_index is not an integer: %r" % (i, index))
+        if not (isinstance(index, str) and _MIG_REF.match(index)):   # a MIG device "GPU:device" is its own device
+            try:
+                index = int(index)
+            except (TypeError, ValueError):
+                raise PlanError("instances[%d].gpu_index is not an integer: %r" % (i, index))
         by_gpu.setdefault(index, []).append((name, util))
     out = []
-    for index in sorted(by_gpu):
+    for index in sorted(by_gpu, key=lambda k: (isinstance(k, str), k)):
         members = by_gpu[index]
         total_util = sum(u for _, u in members)
         required = total_util * gpu_memory_mib + held_mib + per_instance_mib * len(members)
@@ -799,7 +803,7 @@ def instances_reasons(checks):
             held += " + %d x %d MiB outside the budgets" % (len(check["names"]), check["per_instance_mib"])
         reasons.append({
             "code": "instances_overflow",
-            "message": ("GPU %d: %d instances (%s) budget %.2f x %d MiB%s = %d MiB > %d MiB; "
+            "message": ("GPU %s: %d instances (%s) budget %.2f x %d MiB%s = %d MiB > %d MiB; "
                         "time-slicing does not divide memory, so their gpu_memory_utilization "
                         "must sum to <= %.2f"
                         % (check["gpu_index"], len(check["names"]), ", ".join(check["names"]),
@@ -1033,7 +1037,7 @@ def render_text(result):
     for reason in result["reasons"]:
         lines.append("  - %s" % reason["message"])
     for check in result.get("instances") or []:
-        lines.append("  GPU %d instances %s: sum %.2f -> %d of %d MiB (%s)" % (
+        lines.append("  GPU %s instances %s: sum %.2f -> %d of %d MiB (%s)" % (
             check["gpu_index"], ", ".join(check["names"]), check["sum_utilization"],
             check["required_mib"], check["total_mib"], "fits" if check["fits"] else "OVERFLOW"))
     if result["remedies"]:
@@ -1157,6 +1161,88 @@ def held_by_others(processes, cgroups, own_ids):
     return held
 
 
+_MIG_REF = re.compile(r"^(\d+):(\d+)$")
+
+
+def resolve_gpus(gpu_ids, gpus, listing=None):
+    """An instance's `gpus` (GPU indexes, GPU UUIDs, or one MIG device as `GPU:device` or `MIG-<uuid>`) against the
+    GPU facts -> {gpu_indexes, mig_device}. PlanError with the reason for what cannot be served.
+
+    gpus: facts (index, name, uuid, mig_mode, mig_devices [{index, memory_total_mib, ...}] from `nvidia-smi -q -x`);
+    listing: `nvidia-smi -L` text, needed for MIG UUIDs and profile names (-q -x has neither).
+    The MIG device index is the `Device N` of `nvidia-smi -L` (the -q MIG device index, and the toolkit's CDI name
+    nvidia.com/gpu=GPU:N). mig_device: {gpu_index, index, ref, uuid, profile, memory_total_mib, gpu_name,
+    visible_devices (NVIDIA_VISIBLE_DEVICES), cdi_device}."""
+    by_index = dict((int(g["index"]), g) for g in gpus or [])
+    by_uuid = dict((g.get("uuid"), g) for g in gpus or [] if g.get("uuid"))
+    listed = {}
+    if listing:
+        for gpu in parse_list(listing)["gpus"]:
+            for dev in gpu["mig_devices"]:
+                listed[(gpu["index"], dev["index"])] = dev
+    ids = [str(i).strip() for i in gpu_ids or []]
+    if not ids:
+        raise PlanError("gpus is empty: name GPU indexes, GPU UUIDs or one MIG device (GPU:device or MIG-<uuid>)")
+    migs = [i for i in ids if _MIG_REF.match(i) or i.startswith("MIG-")]
+    if migs and len(ids) > 1:
+        raise PlanError("gpus %s: a MIG device is served alone (CUDA gives a process one MIG device; no tensor "
+                        "parallelism across MIG devices)" % ", ".join(ids))
+    if migs:
+        ref = migs[0]
+        match = _MIG_REF.match(ref)
+        if match:
+            key = (int(match.group(1)), int(match.group(2)))
+        else:
+            key = next((k for k, dev in listed.items() if dev["uuid"] == ref), None)
+            if key is None:
+                raise PlanError("MIG device %s is not on this host (nvidia-smi -L lists %s)"
+                                % (ref, ", ".join(d["uuid"] for d in listed.values()) or "no MIG device"))
+        gpu = by_index.get(key[0])
+        if gpu is None:
+            raise PlanError("MIG device %s: this host has no GPU %d" % (ref, key[0]))
+        fact = next((d for d in gpu.get("mig_devices") or [] if d.get("index") == key[1]), None)
+        if fact is None or not fact.get("memory_total_mib"):
+            raise PlanError("MIG device %s: GPU %d has no MIG device %d (MIG devices: %s)"
+                            % (ref, key[0], key[1], ", ".join("%d:%d" % (key[0], d["index"])
+                                                              for d in gpu.get("mig_devices") or []) or "none"))
+        seen = listed.get(key) or {}
+        profile = seen.get("profile")
+        return {"gpu_indexes": [key[0]], "mig_device": {
+            "gpu_index": key[0], "index": key[1], "ref": "%d:%d" % key, "uuid": seen.get("uuid"), "profile": profile,
+            "memory_total_mib": fact["memory_total_mib"],
+            "gpu_name": "%s MIG %s" % (gpu.get("name"), profile or "device %d" % key[1]),
+            "visible_devices": seen.get("uuid") or "%d:%d" % key,
+            "cdi_device": "nvidia.com/gpu=%d:%d" % key}}
+    indexes = []
+    for ref in ids:
+        gpu = by_index.get(int(ref)) if ref.isdigit() else by_uuid.get(ref)
+        if gpu is None:
+            raise PlanError("gpus %s: %s is not a GPU of this host (GPUs %s)"
+                            % (", ".join(ids), ref, ", ".join(str(i) for i in sorted(by_index)) or "none"))
+        if gpu.get("mig_mode") is True:
+            raise PlanError("GPU %s is given whole, but MIG is enabled there: CUDA sees only MIG devices on such a "
+                            "GPU, so vLLM would find no device. Give the instance one MIG device (%s) or turn MIG off "
+                            "on GPU %s" % (gpu["index"], ", ".join("%s:%s" % (gpu["index"], d["index"])
+                                                                    for d in gpu.get("mig_devices") or [])
+                                           or "none exists yet: declare nvidia_mig_layout", gpu["index"]))
+        indexes.append(int(gpu["index"]))
+    return {"gpu_indexes": sorted(set(indexes)), "mig_device": None}
+
+
+def _device_of(inst, by_index):
+    """What an instance's plan is made against: its MIG device, else the smallest of its GPUs."""
+    mig = inst.get("mig_device")
+    if mig:
+        # The MIG device's Total is what CUDA there can have; -q shows its Reserved as 0 MiB (corpus 003).
+        return {"name": mig["gpu_name"], "memory_total_mib": mig["memory_total_mib"], "memory_reserved_mib": 0}
+    return min((by_index[int(i)] for i in inst["gpu_indexes"]), key=lambda g: g["memory_total_mib"])
+
+
+def _device_keys(inst):
+    mig = inst.get("mig_device")
+    return ["%d:%d" % (mig["gpu_index"], mig["index"])] if mig else list(inst["gpu_indexes"])
+
+
 def plan_host(instances, gpus, models_dir, held=None, measurements=None):
     """Plan every instance of a host: {plans: {name: plan}, lines: [...], refused: [names],
     message: the failure text or None}.
@@ -1169,16 +1255,16 @@ def plan_host(instances, gpus, models_dir, held=None, measurements=None):
     held = held or {}
     measurements = measurements or {}
     sharing = [{"name": inst["name"], "gpu_memory_utilization": inst["gpu_memory_utilization"], "gpu_index": i}
-               for inst in instances for i in inst["gpu_indexes"]]
+               for inst in instances for i in _device_keys(inst)]
     plans, lines, refused = {}, [], []
     for inst in instances:
-        mine = [by_index[int(i)] for i in inst["gpu_indexes"]]
-        smallest = min(mine, key=lambda g: g["memory_total_mib"])
+        smallest = _device_of(inst, by_index)
+        devices = _device_keys(inst)
         key, _ = measurement_key(inst, smallest.get("name"))
         flags = engine_flags(inst.get("extra_args"))
         result = plan(
-            instances=[s for s in sharing if s["gpu_index"] in inst["gpu_indexes"]],
-            gpu_index=inst["gpu_indexes"][0],
+            instances=[s for s in sharing if s["gpu_index"] in devices],
+            gpu_index=devices[0],
             gpu_memory_mib=smallest["memory_total_mib"],
             gpu_reserved_mib=smallest.get("memory_reserved_mib"),
             gpu_name=smallest.get("name"),
@@ -1198,11 +1284,13 @@ def plan_host(instances, gpus, models_dir, held=None, measurements=None):
             activation_gib=inst.get("activation_gib"),
             image=inst.get("image"),
             vllm_version=inst.get("vllm_version"),
-            held_mib=max(held.get(int(i), 0) for i in inst["gpu_indexes"]),
+            # held: MiB per GPU index, or per MIG device ("GPU:device") where the caller knows it.
+            held_mib=max(held.get(i if isinstance(i, str) else int(i), 0) for i in devices),
             measured=measurements.get(key),
         )
-        # Tensor parallelism needs that many GPUs at least as large as this one.
-        room = sum(1 for g in by_index.values() if g["memory_total_mib"] >= smallest["memory_total_mib"])
+        # Tensor parallelism needs that many GPUs at least as large as this one (none across MIG devices).
+        room = 1 if inst.get("mig_device") else sum(
+            1 for g in by_index.values() if g["memory_total_mib"] >= smallest["memory_total_mib"])
         result["remedies"] = [r for r in result["remedies"] if r["tensor_parallel_size"] <= room]
         result["measurement_key"] = key
         plans[inst["name"]] = result
@@ -1223,7 +1311,9 @@ def instance_lines(inst, result):
     lines = [
         "vllm plan %s: %s - GPU %s %d MiB CUDA total x %s = budget %d MiB%s; weights %s GiB, activation %s, "
         "non-torch %s, CUDA graphs %s GiB (%s) -> KV %s GiB = %s tokens, %sx (band %.2f-%.2fx) at max_model_len %s"
-        % (inst["name"], result["verdict"].upper(), ",".join(str(i) for i in inst["gpu_indexes"]),
+        % (inst["name"], result["verdict"].upper(),
+           ("%s (%s)" % (inst["mig_device"]["ref"], inst["mig_device"]["gpu_name"]) if inst.get("mig_device")
+            else ",".join(str(i) for i in inst["gpu_indexes"])),
            result["cuda_total_mib"], result["gpu_memory_utilization"], result["budget_mib"], held,
            result["weights_gib"], result["activation_gib"], result["non_torch_gib"], result["cuda_graph_gib"],
            result["estimates"]["activation_gib"], result["kv_cache_gib"], "{:,}".format(result["kv_cache_tokens"]),
@@ -1295,7 +1385,7 @@ def after_starts(instances, plans, reports, deployed, previous, gpus, entries, t
             summary = previous[name]["plan"]
         summaries[name] = summary
         warnings[name] = startup_warnings(name, summary, report, tolerance)
-        smallest = min((by_index[int(i)] for i in inst["gpu_indexes"]), key=lambda g: g["memory_total_mib"])
+        smallest = _device_of(inst, by_index)
         key, fields = measurement_key(inst, smallest.get("name"))
         entry = measured_entry(result, report)
         if entry is not None and result["estimates"]["activation_gib"] != "given":

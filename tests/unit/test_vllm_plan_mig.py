@@ -1,0 +1,95 @@
+"""vLLM on MIG (issue 24 item 4, unit level): an instance's `gpus` naming one MIG device (`GPU:device` or its MIG UUID)
+is planned against that slice's memory. Real captures of one H100 host in MIG mode (driver 590.48.01): `nvidia-smi -q`
+(corpus 003: MIG devices 3g.40gb 40448 MiB, 2g.20gb 20096 MiB, 1g.10gb 9984 MiB x2, each Reserved 0 MiB) and
+`nvidia-smi -L` (corpus 028: the same four devices with their profiles and masked MIG UUIDs)."""
+import os
+
+import pytest
+
+import nvsmi_parse
+import vllm_plan as vp
+from conftest import FIXTURES
+from test_vllm_plan_host import instance, models  # noqa: F401  (models: the module's fixture)
+
+SMI = os.path.join(FIXTURES, "nvidia_smi")
+
+
+def load(name):
+    with open(os.path.join(SMI, name), encoding="utf-8") as handle:
+        return handle.read()
+
+
+GPUS = nvsmi_parse.facts_from_output(load("003_q_590.48.01_H100-MIG_load.txt"))["gpus"]
+LISTING = load("028_L_590.48.01_H100-MIG.txt")
+
+
+def test_the_captures_are_one_h100_with_four_mig_devices():
+    assert [g["mig_mode"] for g in GPUS] == [True]
+    assert [d["memory_total_mib"] for d in GPUS[0]["mig_devices"]] == [40448, 20096, 9984, 9984]
+
+
+def test_gpu_colon_device_names_the_slice():
+    got = vp.resolve_gpus(["0:0"], GPUS, LISTING)
+    mig = got["mig_device"]
+    assert got["gpu_indexes"] == [0]
+    assert (mig["profile"], mig["memory_total_mib"], mig["uuid"]) == \
+        ("3g.40gb", 40448, "MIG-00000000-0000-0000-0000-000000000000")
+    assert mig["cdi_device"] == "nvidia.com/gpu=0:0" and mig["visible_devices"] == mig["uuid"]
+    assert mig["gpu_name"] == "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
+
+
+def test_a_mig_uuid_names_the_slice():
+    mig = vp.resolve_gpus(["MIG-00000001-0000-0000-0000-000000000001"], GPUS, LISTING)["mig_device"]
+    assert (mig["ref"], mig["profile"], mig["memory_total_mib"]) == ("0:1", "2g.20gb", 20096)
+
+
+def test_without_the_listing_a_gpu_colon_device_still_has_its_memory():
+    mig = vp.resolve_gpus(["0:2"], GPUS)["mig_device"]
+    assert mig["memory_total_mib"] == 9984 and mig["profile"] is None and mig["visible_devices"] == "0:2"
+
+
+@pytest.mark.parametrize("ids, words", [
+    (["0"], "MIG is enabled there"),
+    (["GPU-00000000-0000-0000-0000-000000000000"], "0:0, 0:1, 0:2, 0:3"),
+    (["0:0", "0:1"], "one MIG device"),
+    (["0:7"], "no MIG device 7"),
+    (["3:0"], "no GPU 3"),
+    (["MIG-ffffffff-0000-0000-0000-000000000000"], "not on this host"),
+    ([], "gpus is empty"),
+])
+def test_what_cannot_be_served_is_refused_with_the_reason(ids, words):
+    with pytest.raises(vp.PlanError) as err:
+        vp.resolve_gpus(ids, GPUS, LISTING)
+    assert words in str(err.value)
+
+
+def _on(name, ref, util, model="qwen3-4b", max_model_len=4096):
+    got = vp.resolve_gpus([ref], GPUS, LISTING)
+    return instance(name, model, got["gpu_indexes"], util, max_model_len, mig_device=got["mig_device"],
+                    tensor_parallel_size=1)
+
+
+def test_two_instances_each_on_a_slice_are_planned_against_the_slices(models):  # noqa: F811
+    result = vp.plan_host([_on("a", "0:0", 0.9), _on("b", "0:1", 0.9)], GPUS, models)
+    a, b = result["plans"]["a"], result["plans"]["b"]
+    # each budget is a share of its own slice (the captures' Totals, Reserved 0), not of the 80 GB card
+    assert a["cuda_total_mib"] == 40448 and b["cuda_total_mib"] == 20096
+    assert a["budget_mib"] == int(40448 * 0.9) or abs(a["budget_mib"] - 40448 * 0.9) <= 1
+    # 0.9 + 0.9 would not fit one device; on two slices each fits its own
+    assert result["refused"] == [], result["message"]
+    assert "0:0 (NVIDIA H100 80GB HBM3 MIG 3g.40gb)" in result["lines"][0]
+    # no tensor-parallel remedy across MIG devices
+    assert all(r["tensor_parallel_size"] == 1 for plan in result["plans"].values() for r in plan["remedies"])
+
+
+def test_two_instances_on_one_slice_share_it(models):  # noqa: F811
+    result = vp.plan_host([_on("a", "0:1", 0.6), _on("b", "MIG-00000001-0000-0000-0000-000000000001", 0.6)],
+                          GPUS, models)
+    assert result["refused"] == ["a", "b"]
+    assert "GPU 0:1: 2 instances (a, b)" in result["message"]
+
+
+def test_a_model_too_large_for_the_slice_is_refused(models):  # noqa: F811
+    # Qwen2.5-14B's 13.9 GiB of BF16 weights do not fit 1g.10gb's 9984 MiB
+    result = vp.plan_host([_on("big", "0:2", 0.9, model="qwen2.5-14b-instruct")], GPUS, models)
+    assert result["refused"] == ["big"]
