@@ -89,6 +89,19 @@ def _layer_failed(stack, layer, code, repair, what):
     return []
 
 
+def persistence_findings(stack):
+    """Persistence mode off (the persistence check), and the MIG layout that differs from the declared one (the
+    mig_layout check of the same layer: lost at a reboot whose boot unit did not re-apply it, or changed by
+    hand); the nvidia_mig role applies it again."""
+    mig = _stack_check(stack, "mig_layout")
+    out = []
+    if mig.get("status") == "fail":
+        out.append(finding("mig_layout", "MIG layout: %s" % (mig.get("summary") or "differs"), AUTO))
+        if _stack_check(stack, "persistence").get("status") != "fail":
+            return out
+    return _layer_failed(stack, "persistence", "persistence_off", AUTO, "persistence mode") + out
+
+
 def cdi_findings(record, stack):
     """A stale, shadowed, missing or wrong-sized spec (the checker's cdi_spec verdict), or one recorded
     for another driver than the loaded one."""
@@ -160,7 +173,7 @@ def compare(record, stack, dpkg, serving=None, allow_reboot=False):
         # The fabric manager missing, left at another version by a driver upgrade, or stopped: the driver role
         # installs it at the loaded driver's version and (re)starts it.
         "fabric": _layer_failed(stack, "fabric", "fabric_manager", AUTO, "NVSwitch fabric"),
-        "persistence": _layer_failed(stack, "persistence", "persistence_off", AUTO, "persistence mode"),
+        "persistence": persistence_findings(stack),
         "docker": _layer_failed(stack, "docker", "docker_down", AUTO, "docker"),
         "toolkit": _layer_failed(stack, "toolkit", "toolkit_missing", AUTO, "toolkit"),
         "runtime_config": runtime_findings(record, stack),

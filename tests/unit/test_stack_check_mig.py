@@ -143,3 +143,17 @@ def test_without_mig_on_the_host_nothing_changes():
 def test_an_unreadable_declared_layout_is_a_warning(layout):
     check = sc.check_mig_layout(layout, A100_FACTS, A100_LGI)
     assert check["status"] == "warn"
+
+
+# --- drift: a layout lost at a reboot is repairable by the nvidia_mig role -----------------------------------------
+
+def test_drift_names_a_lost_layout_and_a_run_repairs_it():
+    import drift
+    check = sc.check_mig_layout({"0": ["3g.20gb", "3g.20gb", "1g.5gb"]}, A100_FACTS, A100_LGI)
+    stack = sc.summarise([check])
+    assert stack["failed_layer"] == "persistence"
+    found = drift.compare({}, stack, {})
+    assert found["layers"]["persistence"]["findings"][0]["code"] == "mig_layout"
+    assert "mig_layout" in found["repairable"] and "persistence_off" not in found["repairable"]
+    ok = drift.compare({}, sc.summarise([sc.check_mig_layout({"0": ["3g.20gb"] * 2}, A100_FACTS, A100_LGI)]), {})
+    assert ok["layers"]["persistence"]["state"] == "ok"
