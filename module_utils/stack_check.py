@@ -950,8 +950,9 @@ def _gpu_device_count(devices):
 
 
 def check_cdi_spec(spec_texts, loaded_version, gpu_count=None, managed=DEFAULT_CDI_SPEC,
-                   refresh_env_text=None):
-    """The managed spec: present, a CDI spec, fresh for the loaded driver, not shadowed, all GPUs.
+                   refresh_env_text=None, mig_refs=None):
+    """The managed spec: present, a CDI spec, fresh for the loaded driver, not shadowed, all GPUs, and every live MIG
+    device (mig_refs: 'GPU:device' of each, as `nvidia-ctk cdi generate` names them) once MIG layouts change.
 
     spec_texts: {path: text} for every spec file in the CDI directories (/etc/cdi, /var/run/cdi).
     """
@@ -1003,6 +1004,12 @@ def check_cdi_spec(spec_texts, loaded_version, gpu_count=None, managed=DEFAULT_C
     if gpu_count and count < gpu_count:
         return result("cdi_spec", "cdi", "fail", "%s lists %d GPU(s), nvidia-smi lists %d"
                       % (managed, count, gpu_count), remedy="regenerate it: " + regen, ev=ev, data=data)
+    missing = [ref for ref in mig_refs or [] if ref not in spec["devices"]]
+    if missing:
+        data["mig_missing"] = missing
+        return result("cdi_spec", "cdi", "fail", "%s lists no device for MIG device %s (the MIG layout changed after "
+                      "it was generated: nvidia.com/gpu=%s is unresolvable)" % (managed, ", ".join(missing), missing[0]),
+                      remedy="regenerate it: " + regen, ev=ev, data=data)
     return result("cdi_spec", "cdi", "ok", "%s fresh for driver %s, %d GPU(s), not shadowed"
                   % (managed, ", ".join(spec["driver_versions"]) or loaded_version or "unknown", count),
                   ev=ev, data=data)
@@ -1732,7 +1739,9 @@ def evaluate(captures, options=None):
                              probe_image, opts["cuda_probe_command"], engine=engine)
     cdi_spec_check = spec_version_decides(
         guarded("cdi_spec", "cdi", check_cdi_spec, captures.get("cdi_specs") or {},
-                facts.get("driver_version_kernel"), facts.get("gpu_count"), opts["cdi_spec_path"]),
+                facts.get("driver_version_kernel"), facts.get("gpu_count"), opts["cdi_spec_path"],
+                mig_refs=["%s:%s" % (g.get("index"), d.get("index")) for g in facts.get("gpus") or []
+                          if g.get("mig_mode") is True for d in g.get("mig_devices") or []]),
         guarded("cdi_spec_version", "cdi", check_cdi_spec_version, captures.get("cdi_specs") or {},
                 {engine: docker_check["data"].get("version")}, opts["cdi_spec_path"]))
     if engine == "docker" and docker_check["status"] == "ok":

@@ -157,3 +157,23 @@ def test_drift_names_a_lost_layout_and_a_run_repairs_it():
     assert "mig_layout" in found["repairable"] and "persistence_off" not in found["repairable"]
     ok = drift.compare({}, sc.summarise([sc.check_mig_layout({"0": ["3g.20gb"] * 2}, A100_FACTS, A100_LGI)]), {})
     assert ok["layers"]["persistence"]["state"] == "ok"
+
+
+# --- a CDI spec without the live MIG devices ----------------------------------------------------------------------
+
+def _mig_refs(facts):
+    return ["%s:%s" % (g["index"], d["index"]) for g in facts["gpus"] if g["mig_mode"] for d in g["mig_devices"]]
+
+
+def test_a_cdi_spec_generated_before_the_layout_lacks_the_mig_devices():
+    # nvidia-ctk 1.20.0's real spec of a GPU without MIG devices (tests/fixtures/nvidia_ctk), on the MIG host of 019
+    spec = load(os.path.join(FIXTURES, "nvidia_ctk"), "cdi-generate_mock-A100_nvidia.yaml")
+    refs = _mig_refs(A100_FACTS)
+    assert refs and refs[0] == "0:0"
+    check = sc.check_cdi_spec({"/etc/cdi/nvidia.yaml": spec}, "999.88.77", 1, mig_refs=refs)
+    assert check["status"] == "fail" and "MIG device 0:0" in check["summary"] and "regenerate" in check["remedy"]
+    assert check["data"]["mig_missing"] == refs
+    # the same spec with a device per MIG device (nvcdi's GPU:device names) passes
+    entry = '    - name: "%s"\n      containerEdits:\n        deviceNodes:\n            - path: /dev/nvidia0\n'
+    with_mig = spec.replace("devices:\n", "devices:\n" + "".join(entry % ref for ref in refs), 1)
+    assert sc.check_cdi_spec({"/etc/cdi/nvidia.yaml": with_mig}, "999.88.77", 1, mig_refs=refs)["status"] == "ok"
