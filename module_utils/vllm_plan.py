@@ -1254,6 +1254,10 @@ def plan_host(instances, gpus, models_dir, held=None, measurements=None):
     by_index = {int(g["index"]): g for g in gpus or []}
     held = held or {}
     measurements = measurements or {}
+    # An instance whose gpus name a MIG device (GPU:device) is planned against that device (resolve_gpus).
+    instances = [dict(inst, mig_device=resolve_gpus(inst.get("gpu_ids"), gpus)["mig_device"])
+                 if not inst.get("mig_device") and any(_MIG_REF.match(str(i)) for i in inst.get("gpu_ids") or [])
+                 else inst for inst in instances]
     sharing = [{"name": inst["name"], "gpu_memory_utilization": inst["gpu_memory_utilization"], "gpu_index": i}
                for inst in instances for i in _device_keys(inst)]
     plans, lines, refused = {}, [], []

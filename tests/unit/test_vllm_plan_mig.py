@@ -93,3 +93,10 @@ def test_a_model_too_large_for_the_slice_is_refused(models):  # noqa: F811
     # Qwen2.5-14B's 13.9 GiB of BF16 weights do not fit 1g.10gb's 9984 MiB
     result = vp.plan_host([_on("big", "0:2", 0.9, model="qwen2.5-14b-instruct")], GPUS, models)
     assert result["refused"] == ["big"]
+
+
+def test_an_instance_whose_gpu_ids_name_a_mig_device_is_resolved_by_the_host_plan(models):  # noqa: F811
+    # as the role resolves it: gpu_ids as given, gpu_indexes the parent GPU
+    inst = instance("a", "qwen3-4b", [0], 0.9, 4096, gpu_ids=["0:1"], tensor_parallel_size=1)
+    result = vp.plan_host([inst], GPUS, models)
+    assert result["plans"]["a"]["cuda_total_mib"] == 20096 and result["refused"] == []
