@@ -91,7 +91,7 @@ def kernel_release():
 
 
 def kernel_context(drivers):
-    """{KVER, KABI} and, per driver of the matrix, its {KV}: the version Ubuntu gives a kernel's packages
+    """{KVER, KABI, KVER_NEXT, KABI_NEXT} and, per driver of the matrix, its {KV}: the version Ubuntu gives a kernel's packages
     (the ABI, '6.8.0-149.149'), with '+N' for the N-th upload of the restricted modules built against the
     drivers in order ('6.8.0-149.149+2'), as the real linux-restricted-modules versions run."""
     kver = kernel_release()
@@ -100,7 +100,11 @@ def kernel_context(drivers):
     kabi = "%s-%s.%s" % (base, abi, abi)
     ordered = sorted(range(len(drivers)), key=lambda i: [int(x) for x in drivers[i]["V"].split(".")])
     upload = {i: n + 1 for n, i in enumerate(ordered)}
-    return {"KVER": kver, "KABI": kabi}, {i: "%s+%d" % (kabi, upload[i]) for i in range(len(drivers))}
+    # A newer kernel of the flavour that the restricted modules were not built for yet (the archive's lag that
+    # strands a reboot): the next major release.
+    major = int(base.split(".")[0]) + 1
+    context = {"KVER": kver, "KABI": kabi, "KVER_NEXT": "%d.0.0-1-generic" % major, "KABI_NEXT": "%d.0.0-1.1" % major}
+    return context, {i: "%s+%d" % (kabi, upload[i]) for i in range(len(drivers))}
 
 
 def expand_specs(pkg_dir=HERE):
