@@ -1210,7 +1210,9 @@ def resolve_gpus(gpu_ids, gpus, listing=None):
         return {"gpu_indexes": [key[0]], "mig_device": {
             "gpu_index": key[0], "index": key[1], "ref": "%d:%d" % key, "uuid": seen.get("uuid"), "profile": profile,
             "memory_total_mib": fact["memory_total_mib"],
-            "gpu_name": "%s MIG %s" % (gpu.get("name"), profile or "device %d" % key[1]),
+            # without -L's profile name, the slice's size (stable whatever its device index)
+            "gpu_name": "%s MIG %s" % (gpu.get("name"), profile or "%d MiB %s SMs" % (
+                fact["memory_total_mib"], fact.get("multiprocessor_count") or "?")),
             "visible_devices": seen.get("uuid") or "%d:%d" % key,
             "cdi_device": "nvidia.com/gpu=%d:%d" % key}}
     indexes = []
@@ -1243,6 +1245,13 @@ def _device_keys(inst):
     return ["%d:%d" % (mig["gpu_index"], mig["index"])] if mig else list(inst["gpu_indexes"])
 
 
+def _with_mig_devices(instances, gpus):
+    """An instance whose gpu_ids name a MIG device (GPU:device) is planned against that device (resolve_gpus)."""
+    return [dict(inst, mig_device=resolve_gpus(inst.get("gpu_ids"), gpus)["mig_device"])
+            if not inst.get("mig_device") and any(_MIG_REF.match(str(i)) for i in inst.get("gpu_ids") or [])
+            else inst for inst in instances]
+
+
 def plan_host(instances, gpus, models_dir, held=None, measurements=None):
     """Plan every instance of a host: {plans: {name: plan}, lines: [...], refused: [names],
     message: the failure text or None}.
@@ -1254,10 +1263,7 @@ def plan_host(instances, gpus, models_dir, held=None, measurements=None):
     by_index = {int(g["index"]): g for g in gpus or []}
     held = held or {}
     measurements = measurements or {}
-    # An instance whose gpus name a MIG device (GPU:device) is planned against that device (resolve_gpus).
-    instances = [dict(inst, mig_device=resolve_gpus(inst.get("gpu_ids"), gpus)["mig_device"])
-                 if not inst.get("mig_device") and any(_MIG_REF.match(str(i)) for i in inst.get("gpu_ids") or [])
-                 else inst for inst in instances]
+    instances = _with_mig_devices(instances, gpus)
     sharing = [{"name": inst["name"], "gpu_memory_utilization": inst["gpu_memory_utilization"], "gpu_index": i}
                for inst in instances for i in _device_keys(inst)]
     plans, lines, refused = {}, [], []
@@ -1379,6 +1385,7 @@ def after_starts(instances, plans, reports, deployed, previous, gpus, entries, t
     record's, `previous`): the plan of this run may already use what that start measured.
     Returns {entries (the store's, updated), warnings {name: [...]}, plans {name: summary}}."""
     by_index = {int(g["index"]): g for g in gpus or []}
+    instances = _with_mig_devices(instances, gpus)
     entries = dict(entries or {})
     warnings, summaries = {}, {}
     for inst in instances:

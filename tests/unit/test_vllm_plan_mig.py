@@ -100,3 +100,14 @@ def test_an_instance_whose_gpu_ids_name_a_mig_device_is_resolved_by_the_host_pla
     inst = instance("a", "qwen3-4b", [0], 0.9, 4096, gpu_ids=["0:1"], tensor_parallel_size=1)
     result = vp.plan_host([inst], GPUS, models)
     assert result["plans"]["a"]["cuda_total_mib"] == 20096 and result["refused"] == []
+
+
+def test_the_measurement_key_names_the_mig_device_in_the_plan_and_after_the_start(models):  # noqa: F811
+    inst = instance("a", "qwen3-4b", [0], 0.9, 4096, gpu_ids=["0:1"], tensor_parallel_size=1)
+    result = vp.plan_host([inst], GPUS, models)
+    key = result["plans"]["a"]["measurement_key"]
+    # without the -L listing the slice is named by its size (003: 2g.20gb is 20096 MiB, 32 SMs)
+    assert key == vp.measurement_key(inst, "NVIDIA H100 80GB HBM3 MIG 20096 MiB 32 SMs")[0]
+    assert key != vp.measurement_key(inst, "NVIDIA H100 80GB HBM3")[0]
+    after = vp.after_starts([inst], result["plans"], {}, set(), {}, GPUS, {}, 0.1)
+    assert set(after["plans"]) == {"a"}
