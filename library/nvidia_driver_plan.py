@@ -267,7 +267,8 @@ holds:
 operator_pins:
   description:
     - The stanzas of apt preferences files other than O(pin_path) that stand in the way of the planned change
-      (empty when RV(action) is V(none)) - C(file), C(line), C(packages) (the driver packages they match),
+      (empty when RV(action) is V(none)); a file a package of the driver ships (NVIDIA's
+      C(nvidia-driver-pinning-<branch>)) changes with the driver and is not counted - C(file), C(line), C(packages) (the driver packages they match),
       C(patterns), C(pin), C(priority), C(effect) (V(pinned) to another version, or V(barred) the planned
       one) and C(wanted) (the version compared).
   returned: when query_host
@@ -313,13 +314,13 @@ from ansible.module_utils.basic import AnsibleModule
 try:
     from ansible.module_utils.driver_choice import (
         PREFERENCES, PREFERENCES_PARTS, DriverChoiceError, disruption, gpu_summary, hold_owners, operator_hold_error,
-        operator_pin_error, operator_pins, parse_dpkg_query, parse_dpkg_search, parse_kernel_images, parse_madison,
-        plan, precheck, preference_files, reboot_decision, verify_installed)
+        operator_pin_error, operator_pins, parse_dpkg_owners, parse_dpkg_query, parse_dpkg_search,
+        parse_kernel_images, parse_madison, plan, precheck, preference_files, reboot_decision, verify_installed)
 except ImportError:  # unit tests put module_utils/ on sys.path
     from driver_choice import (
         PREFERENCES, PREFERENCES_PARTS, DriverChoiceError, disruption, gpu_summary, hold_owners, operator_hold_error,
-        operator_pin_error, operator_pins, parse_dpkg_query, parse_dpkg_search, parse_kernel_images, parse_madison,
-        plan, precheck, preference_files, reboot_decision, verify_installed)
+        operator_pin_error, operator_pins, parse_dpkg_owners, parse_dpkg_query, parse_dpkg_search,
+        parse_kernel_images, parse_madison, plan, precheck, preference_files, reboot_decision, verify_installed)
 
 _C = {"LC_ALL": "C", "LANG": "C"}
 
@@ -348,6 +349,13 @@ class HostQuery(object):
         query = self.module.get_bin_path("dpkg-query", required=True)
         rc, out = self._run([query, "-S", self.module.params["nvidia_smi_path"]], ok=(0, 1))
         return parse_dpkg_search(out) if rc == 0 else None
+
+    def owners(self, paths):
+        """{path: owning package} of the paths a package ships (dpkg-query exits 1 when one has no owner)."""
+        if not paths:
+            return {}
+        query = self.module.get_bin_path("dpkg-query", required=True)
+        return parse_dpkg_owners(self._run([query, "-S"] + list(paths), ok=(0, 1))[1])
 
     def madison(self, packages):
         cache = self.module.get_bin_path("apt-cache", required=True)
@@ -452,7 +460,9 @@ def main():
             module.exit_json(changed=False, gpus=gpus, **precheck(request, gpus))
         query = HostQuery(module)
         result = plan(request, gpus, query)
-        result["operator_pins"] = operator_pins(query.preferences(), p["pin_path"], result)
+        files = query.preferences()
+        result["operator_pins"] = operator_pins(files, p["pin_path"], result,
+                                                owners=query.owners([path for path, _text in files]))
     except DriverChoiceError as exc:
         module.fail_json(msg="nvidia_driver: %s" % exc, gpus=gpus)
     installed = result["installed"]

@@ -170,15 +170,23 @@ def parse_dpkg_query(text):
     return result
 
 
-def parse_dpkg_search(text):
-    """``dpkg-query -S PATH`` -> the owning package, or None ('diversion by' lines are skipped)."""
+def parse_dpkg_owners(text):
+    """``dpkg-query -S PATH...`` -> {path: the (first) owning package}, in dpkg's order ('diversion by' lines
+    are skipped; a path no package owns is only on stderr)."""
+    owners = {}
     for line in (text or "").splitlines():
-        if line.startswith("diversion by") or ":" not in line:
+        if line.startswith("diversion by") or ": " not in line:
             continue
-        owner = line.split(": ", 1)[0].split(",")[0].strip()
+        owner, path = line.split(": ", 1)
+        owner = owner.split(",")[0].strip().split(":")[0]
         if owner:
-            return owner.split(":")[0]
-    return None
+            owners.setdefault(path.strip(), owner)
+    return owners
+
+
+def parse_dpkg_search(text):
+    """``dpkg-query -S PATH`` -> the owning package, or None."""
+    return next(iter(parse_dpkg_owners(text).values()), None)
 
 
 def parse_kernel_images(text):
@@ -1050,7 +1058,7 @@ def _stanza_conflict(stanza, version, predicted_version):
     return ("barred" if must else None) if priority < 0 else (None if may else "pinned")
 
 
-def operator_pins(files, own_path, plan_result):
+def operator_pins(files, own_path, plan_result, owners=None):
     """The stanzas of apt preference files other than gpuhost's own (`own_path`) that would stand in the
     way of the plan: a version pin (Pin-Priority > 0) on a package of the plan or of the installed driver
     whose version it does not match, or a negative pin that bars the planned version.
@@ -1058,7 +1066,9 @@ def operator_pins(files, own_path, plan_result):
     files: [(path, text)] as preference_files() lists them. Returns [{file, line, packages (the matched
     package names), patterns (the stanza's Package patterns), pin ('version 570.*'), priority, effect
     ('pinned' or 'barred'), wanted (the version compared)}]. A plan that changes nothing
-    conflicts with nothing. Raises DriverChoiceError for a file apt could not read either.
+    conflicts with nothing. A file a package of the driver ships (`owners`: {path: package}, e.g. the
+    preferences file of NVIDIA's nvidia-driver-pinning-<branch>) changes with the driver: it is no operator's.
+    Raises DriverChoiceError for a file apt could not read either.
     """
     if plan_result.get("action") == "none":
         return []
@@ -1073,6 +1083,8 @@ def operator_pins(files, own_path, plan_result):
     found = []
     for path, text in files:
         if own and posixpath.normpath(path) == own:
+            continue
+        if (owners or {}).get(path) in names:
             continue
         try:
             stanzas = parse_preferences(text)

@@ -782,3 +782,27 @@ def test_signed_plan_removes_the_dkms_packages_it_replaces():
     assert result["action"] != "none"
     assert dc.plan(request(style="ubuntu", dkms=True), gpus_of(BLACKWELL),
                    Query(fresh_dpkg() + dkms, UBUNTU_MADISON, "", load("ubuntu-drivers-devices_RTXPRO6000-server_gpusim.txt")))["remove"] == []
+
+
+# --- A preferences file the driver's own packages ship -------------------------------------------------
+
+def test_dpkg_owners_of_several_paths():
+    # the real single-path capture, and dpkg's form for a path two packages share
+    assert dc.parse_dpkg_owners(load("dpkg-query-S_nvidia-smi_debian.txt")) == {"/usr/bin/nvidia-smi": "nvidia-smi"}
+    assert dc.parse_dpkg_search(load("dpkg-query-S_nvidia-smi_debian.txt")) == "nvidia-smi"
+    assert dc.parse_dpkg_owners("diversion by dash from: /bin/sh\nlibc6:amd64, libc6-dev:amd64: /usr/share/doc\n") == {
+        "/usr/share/doc": "libc6"}
+
+
+def test_a_pin_file_of_a_driver_package_is_not_the_operators():
+    # NVIDIA's pinning package holds its branch in a preferences file it ships; a branch change replaces it
+    pin = "Package: nvidia-driver\nPin: version 580.*\nPin-Priority: 1000\n"
+    path = "/etc/apt/preferences.d/nvidia-driver-pinning-580"
+    planned = {"action": "change", "packages": ["nvidia-driver", "nvidia-driver-pinning-590"],
+               "package_versions": [{"name": "nvidia-driver", "version": "590.48.01-1"}],
+               "package_version": "590.48.01-1", "version": "590.48.01",
+               "installed": {"packages": ["nvidia-driver", "nvidia-driver-pinning-580"]}}
+    assert [p["file"] for p in dc.operator_pins([(path, pin)], None, planned)] == [path]
+    assert dc.operator_pins([(path, pin)], None, planned, owners={path: "nvidia-driver-pinning-580"}) == []
+    # a file some other package ships is still a pin in the driver's way
+    assert dc.operator_pins([(path, pin)], None, planned, owners={path: "site-apt-policy"}) != []
