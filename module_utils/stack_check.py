@@ -1239,7 +1239,8 @@ def check_mig_layout(declared, facts, lgi_cap=None):
         return result("mig_layout", "persistence", "warn", "the declared MIG layout cannot be read: %s" % exc.msg,
                       remedy="fix nvidia_mig_layout", ev=evidence(command))
     if not wanted:
-        return result("mig_layout", "persistence", "skipped", "no MIG layout declared (nvidia_mig_layout)",
+        # Nothing declared, nothing to drift from (as the fabric check passes a host without NVSwitch).
+        return result("mig_layout", "persistence", "ok", "no MIG layout declared (nvidia_mig_layout): nothing to compare",
                       ev=evidence(command))
     gpus = dict((g.get("index"), g) for g in facts.get("gpus") or [])
     if facts.get("state") != "ok" or not gpus:
