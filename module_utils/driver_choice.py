@@ -191,17 +191,19 @@ def parse_dpkg_search(text):
 
 def parse_kernel_images(text):
     """``dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\t${Depends}\\n' 'linux-image-*'`` ->
-    {package: {version, installed, depends: [names]}} (alternatives and version constraints dropped)."""
+    {package: {version, installed, depends: [names]}} (installed as parse_dpkg_query reads it; alternatives and
+    version constraints dropped)."""
+    packages = parse_dpkg_query(text)
     result = {}
     for line in (text or "").splitlines():
         fields = line.split("\t")
-        if len(fields) < 3 or not fields[0]:
+        name = fields[0].split(":")[0]
+        if name not in packages:
             continue
-        status = fields[2][1:2]
         depends = [alt.strip().split(" ")[0].split(":")[0]
                    for dep in (fields[3] if len(fields) > 3 else "").split(",") for alt in dep.split("|") if alt.strip()]
-        result[fields[0].split(":")[0]] = {"version": fields[1] or None, "installed": status in ("i", "h") or
-                                           fields[2][:2] in ("ii", "hi"), "depends": depends}
+        result[name] = {"version": packages[name]["version"], "installed": packages[name]["installed"],
+                        "depends": depends}
     return result
 
 
@@ -456,15 +458,14 @@ def precheck(request, gpus):
 # Package names
 
 
-def ubuntu_package(branch, flavor, modules):
-    """nvidia-driver-580-server-open, nvidia-driver-580-server, nvidia-driver-580-open, nvidia-driver-580."""
-    return "nvidia-driver-%d%s%s" % (branch, "-server" if flavor == "server" else "",
-                                     "-open" if modules == "open" else "")
-
-
 def ubuntu_variant(branch, flavor, modules):
     """'580-server-open': the part every package of an Ubuntu driver variant carries."""
     return "%d%s%s" % (branch, "-server" if flavor == "server" else "", "-open" if modules == "open" else "")
+
+
+def ubuntu_package(branch, flavor, modules):
+    """nvidia-driver-580-server-open, nvidia-driver-580-server, nvidia-driver-580-open, nvidia-driver-580."""
+    return "nvidia-driver-" + ubuntu_variant(branch, flavor, modules)
 
 
 def ubuntu_signed_packages(branch, flavor, modules, kernel_flavour=None, kernel=None):
@@ -478,7 +479,7 @@ def ubuntu_signed_packages(branch, flavor, modules, kernel_flavour=None, kernel=
     if kernel_flavour:
         packages.append(signed_modules_metapackage(branch, kernel_flavour, modules == "open", flavor == "server"))
     if kernel:
-        packages.append("linux-modules-nvidia-%s-%s" % (variant, kernel))
+        packages.append(signed_modules_metapackage(branch, kernel, modules == "open", flavor == "server"))
     return packages
 
 
@@ -783,7 +784,7 @@ def signed_module_choice(request, branch, modules, upstream, query):
     variant = ubuntu_variant(branch, flavor, modules)
     kernel, flavour = request["kernel_release"], request["kernel_flavour_resolved"]
     meta = signed_modules_metapackage(branch, flavour, modules == "open", flavor == "server")
-    own = "linux-modules-nvidia-%s-%s" % (variant, kernel)
+    own = signed_modules_metapackage(branch, kernel, modules == "open", flavor == "server")
     offered = signed_flavours(query.pkgnames("linux-modules-nvidia-%s-" % variant), variant)
     if flavour not in offered:
         raise DriverChoiceError(

@@ -297,7 +297,8 @@ def module_source(packages=None, modinfo=None, dpkg_s=None, kver=None, module_fi
 
 def signed_modules_metapackage(branch, flavour="generic", open_modules=False, server=True):
     """The Ubuntu metapackage that keeps Canonical-signed nvidia modules for every kernel of a flavour:
-    linux-modules-nvidia-<branch>[-server][-open]-<flavour> (as `ubuntu-drivers list --gpgpu` names it)."""
+    linux-modules-nvidia-<branch>[-server][-open]-<flavour> (as `ubuntu-drivers list --gpgpu` names it). Given a
+    kernel release instead of a flavour, the same shape names that kernel's own package (..-6.8.0-149-generic)."""
     return "linux-modules-nvidia-%s%s%s-%s" % (branch, "-server" if server else "", "-open" if open_modules else "",
                                                flavour or "generic")
 
@@ -397,8 +398,7 @@ def stranded_kernels(installed, running_kver, dkms_status=None, packages=None, m
             continue
         if module_kind == SIGNED_PREBUILT:
             fix = ("install %s before booting it (or the metapackage for its flavour, which follows every kernel)"
-                   % ("linux-modules-nvidia-%s%s%s-%s" % (branch, "-server" if server else "", "-open" if open_modules
-                                                          else "", kernel["kver"]) if branch else
+                   % (signed_modules_metapackage(branch, kernel["kver"], open_modules, server) if branch else
                       "linux-modules-nvidia-<branch>-server-%s" % kernel["kver"]))
         else:
             fix = ("build the module for it before booting it: `dkms autoinstall -k %s` (needs linux-headers-%s); "
