@@ -15,7 +15,7 @@ export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
 # Scenarios `make test` runs, in order (SCENARIOS=... to pick).
-SCENARIOS ?= docker containerd toolkit drift_schedule driver driver_debian driver_cuda hgx mig first_use drift vllm
+SCENARIOS ?= docker containerd toolkit drift_schedule driver driver_debian driver_cuda hgx mig first_use drift vllm vllm_mig
 
 .PHONY: help venv sysdeps harness images lint unit molecule test demo bench clean
 help:

@@ -13,7 +13,7 @@ import os
 try:
     from ansible.module_utils.nvsmi_parse import (
         COMPUTE_APPS_FIELDS, GPU_QUERY_FIELDS, GPU_QUERY_FIELDS_EXTENDED, ParseError,
-        classify_error, merge_processes, normalise, parse_compute_apps_csv, parse_error,
+        classify_error, merge_mig_listing, merge_processes, normalise, parse_compute_apps_csv, parse_error,
         parse_query_gpu_csv, parse_xml)
     from ansible.module_utils.host_parse import (
         HostParseError, driver_branch, nvidia_gpus, parse_lspci, parse_proc_version,
@@ -23,7 +23,7 @@ try:
 except ImportError:
     from nvsmi_parse import (
         COMPUTE_APPS_FIELDS, GPU_QUERY_FIELDS, GPU_QUERY_FIELDS_EXTENDED, ParseError,
-        classify_error, merge_processes, normalise, parse_compute_apps_csv, parse_error,
+        classify_error, merge_mig_listing, merge_processes, normalise, parse_compute_apps_csv, parse_error,
         parse_query_gpu_csv, parse_xml)
     from host_parse import (
         HostParseError, driver_branch, nvidia_gpus, parse_lspci, parse_proc_version,
@@ -144,6 +144,9 @@ def _smi_attempts(io, smi):
     attempts = [_attempt(io, "xml", [smi, "-q", "-x"])]
     first = attempts[0]
     if first["rc"] == 0 and "<nvidia_smi_log" in first["stdout"]:
+        if "<mig_device>" in first["stdout"]:
+            # -q -x names no MIG device by profile or UUID; -L does
+            attempts.append(_attempt(io, "list", [smi, "-L"]))
         return attempts
     if first["rc"] == TIMEOUT_RC or classify_error(first["stdout"] + "\n" + first["stderr"]):
         return attempts
@@ -217,9 +220,17 @@ def smi_facts_from_attempts(attempts):
             return None, "nvidia-smi -q -x timed out (a hung GPU or driver)"
         if "<nvidia_smi_log" in xml["stdout"]:
             try:
-                return normalise(parse_xml(xml["stdout"])), None
+                facts = normalise(parse_xml(xml["stdout"]))
             except ParseError as exc:
                 failure = "nvidia-smi -q -x: %s" % exc
+            else:
+                listing = next((a for a in attempts if a["kind"] == "list" and a["rc"] == 0), None)
+                if listing is not None:
+                    try:
+                        facts = merge_mig_listing(facts, listing["stdout"])
+                    except ParseError as exc:
+                        facts["warnings"].append("nvidia-smi -L: %s" % exc)
+                return facts, None
         else:
             both = xml["stdout"] + "\n" + xml["stderr"]  # small: an error text, not a document
             if classify_error(both):

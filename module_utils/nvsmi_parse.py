@@ -1278,6 +1278,24 @@ def facts_from_output(data):
     return normalise(parse_output(data))
 
 
+def merge_mig_listing(facts, listing):
+    """The MIG devices' profile names and UUIDs from `nvidia-smi -L` (listing: its text or parse_list's result) put
+    on the facts' MIG devices (from -q / -q -x, which have neither), each matched by GPU index and MIG device index
+    (`Device N`); every MIG device also gets its GPU's index (`gpu_index`). Returns new facts."""
+    listed = parse_list(listing) if isinstance(listing, str) else listing
+    names = dict(((gpu["index"], dev["index"]), dev) for gpu in listed.get("gpus", []) for dev in gpu["mig_devices"])
+    merged = dict(facts)
+    merged["gpus"] = []
+    for gpu in facts.get("gpus", []):
+        devices = []
+        for dev in gpu.get("mig_devices") or []:
+            seen = names.get((gpu["index"], dev["index"])) or {}
+            devices.append(dict(dev, gpu_index=gpu["index"], profile=dev.get("profile") or seen.get("profile"),
+                                uuid=dev.get("uuid") or seen.get("uuid")))
+        merged["gpus"].append(dict(gpu, mig_devices=devices))
+    return merged
+
+
 def merge_processes(facts, apps_facts):
     """Attach processes from a --query-compute-apps capture to query-gpu facts (module CSV path)."""
     merged = dict(facts)

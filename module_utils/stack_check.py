@@ -1286,14 +1286,35 @@ def check_mig_layout(declared, facts, lgi_cap=None):
                   % ", ".join(str(i) for i in sorted(wanted)), ev=ev, data=data)
 
 
-def mig_whole_decides(serving_check, execs, facts):
-    """A serving container given a MIG-enabled GPU whole (its `nvidia-smi -L` lists the GPU, no MIG device under
-    it): CUDA there finds no device, so vLLM cannot start or serve. Turns an ok serving check into a fail."""
-    mig = dict((g.get("uuid"), g) for g in facts.get("gpus") or [] if g.get("mig_mode") is True and g.get("uuid"))
-    if not mig or not execs or serving_check.get("status") != "ok":
+def _requested_gpus(container, by_index, by_uuid):
+    """The GPU facts a container's `docker inspect` device requests give it whole: `--gpus all` (Count -1, or
+    "all") every GPU, a GPU index or UUID that GPU; a MIG device (`GPU:device`, `MIG-<uuid>`) no GPU whole."""
+    out = []
+    for req in (container.get("HostConfig") or {}).get("DeviceRequests") or []:
+        if "gpu" not in [c for group in req.get("Capabilities") or [] for c in group or []]:
+            continue
+        ids = [str(i).strip() for i in req.get("DeviceIDs") or []]
+        if req.get("Count") == -1 or "all" in ids:
+            out.extend(by_index.values())
+            continue
+        for ref in ids:
+            gpu = by_index.get(int(ref)) if ref.isdigit() else by_uuid.get(ref)
+            if gpu is not None:
+                out.append(gpu)
+    return out
+
+
+def mig_whole_decides(serving_check, execs, facts, inspected=None):
+    """A serving container given a MIG-enabled GPU whole: CUDA there finds no device, so vLLM cannot start or serve
+    (it exits and docker restarts it). Seen in a running container's `nvidia-smi -L` (the GPU, no MIG device under
+    it) or in any serving container's device requests (`docker inspect`: a GPU index or UUID, or all). Decides the
+    serving check: the cause of a container that fails or restarts there."""
+    gpus = [g for g in facts.get("gpus") or [] if g.get("index") is not None]
+    mig = dict((g.get("uuid"), g) for g in gpus if g.get("mig_mode") is True and g.get("uuid"))
+    if not mig or serving_check.get("status") == "skipped":
         return serving_check
     whole = []
-    for name in sorted(execs):
+    for name in sorted(execs or {}):
         cap = execs[name]
         if cap.get("rc") != 0:
             continue
@@ -1304,8 +1325,21 @@ def mig_whole_decides(serving_check, execs, facts):
         for gpu in listed["gpus"]:
             if gpu.get("uuid") in mig and not gpu.get("mig_devices"):
                 whole.append((name, mig[gpu["uuid"]].get("index")))
+    if inspected and inspected.get("rc") == 0:
+        try:
+            containers = json.loads(inspected.get("stdout") or "[]")
+        except ValueError:
+            containers = []
+        by_index = dict((int(g["index"]), g) for g in gpus)
+        by_uuid = dict((g.get("uuid"), g) for g in gpus if g.get("uuid"))
+        for container in containers if isinstance(containers, list) else []:
+            name = (container.get("Name") or "").lstrip("/")
+            for gpu in _requested_gpus(container, by_index, by_uuid):
+                if gpu.get("uuid") in mig and (name, gpu.get("index")) not in whole:
+                    whole.append((name, gpu.get("index")))
     if not whole:
         return serving_check
+    whole.sort(key=lambda item: (item[0], item[1]))
     name, index = whole[0]
     data = dict(serving_check.get("data") or {}, mig_whole=[{"container": n, "gpu": i} for n, i in whole])
     return dict(serving_check, status="fail",
@@ -1759,7 +1793,8 @@ def evaluate(captures, options=None):
     if engine == "docker" and docker_check["status"] == "ok":
         serving_check = guarded("serving_gpus", "container", check_serving_gpus, captures.get("serving"),
                                 captures.get("serving_exec") or {}, dev_char_check)
-        serving_check = mig_whole_decides(serving_check, captures.get("serving_exec") or {}, facts)
+        serving_check = mig_whole_decides(serving_check, captures.get("serving_exec") or {}, facts,
+                                          captures.get("serving_inspect"))
     else:
         serving_check = result("serving_gpus", "container", "skipped", "%s is not running" % engine
                                if docker_check["status"] != "ok" else "serving containers run on docker",
@@ -1963,6 +1998,11 @@ def capture(io, options=None):
         if caps["serving"]["rc"] == 0:
             caps["serving_exec"] = dict((name, _run(io, [docker, "exec", name, "nvidia-smi", "-L"]))
                                         for name in _lines(caps["serving"]["stdout"]) if name.strip())
+        # Every serving container, running or not: the device requests of one that exits and restarts.
+        every = _run(io, [docker, "ps", "-a", "--filter", "label=" + SERVING_LABEL, "--format", "{{.Names}}"])
+        names = [n.strip() for n in _lines(every["stdout"])] if every["rc"] == 0 else []
+        if names:
+            caps["serving_inspect"] = _run(io, [docker, "inspect"] + names)
     if info and opts["container_check"]:
         # --pull never: a missing image is reported, never fetched (Docker 20.10+).
         base = [docker, "run", "--rm", "--pull", "never", "--network", "none"]

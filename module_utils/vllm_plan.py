@@ -33,12 +33,12 @@ import re
 try:
     from ansible.module_utils.safetensors_header import checkpoint_weight_bytes, SafetensorsError
     from ansible.module_utils import gpu_memory, vllm_overheads as vo
-    from ansible.module_utils.nvsmi_parse import parse_list
+    from ansible.module_utils.nvsmi_parse import merge_mig_listing
 except ImportError:  # plain import in unit tests and the CLI
     from safetensors_header import checkpoint_weight_bytes, SafetensorsError
     import gpu_memory
     import vllm_overheads as vo
-    from nvsmi_parse import parse_list
+    from nvsmi_parse import merge_mig_listing
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -1168,18 +1168,18 @@ def resolve_gpus(gpu_ids, gpus, listing=None):
     """An instance's `gpus` (GPU indexes, GPU UUIDs, or one MIG device as `GPU:device` or `MIG-<uuid>`) against the
     GPU facts -> {gpu_indexes, mig_device}. PlanError with the reason for what cannot be served.
 
-    gpus: facts (index, name, uuid, mig_mode, mig_devices [{index, memory_total_mib, ...}] from `nvidia-smi -q -x`);
-    listing: `nvidia-smi -L` text, needed for MIG UUIDs and profile names (-q -x has neither).
+    gpus: facts (index, name, uuid, mig_mode, mig_devices [{index, memory_total_mib, profile, uuid, ...}]: the
+    module's facts carry -L's profile names and UUIDs, -q / -q -x alone has neither);
+    listing: `nvidia-smi -L` text, for facts without them.
     The MIG device index is the `Device N` of `nvidia-smi -L` (the -q MIG device index, and the toolkit's CDI name
     nvidia.com/gpu=GPU:N). mig_device: {gpu_index, index, ref, uuid, profile, memory_total_mib, gpu_name,
     visible_devices (NVIDIA_VISIBLE_DEVICES), cdi_device}."""
+    if listing:
+        gpus = merge_mig_listing({"gpus": gpus or []}, listing)["gpus"]
     by_index = dict((int(g["index"]), g) for g in gpus or [])
     by_uuid = dict((g.get("uuid"), g) for g in gpus or [] if g.get("uuid"))
-    listed = {}
-    if listing:
-        for gpu in parse_list(listing)["gpus"]:
-            for dev in gpu["mig_devices"]:
-                listed[(gpu["index"], dev["index"])] = dev
+    listed = dict(((int(g["index"]), d["index"]), d) for g in gpus or [] for d in g.get("mig_devices") or []
+                  if d.get("uuid"))
     ids = [str(i).strip() for i in gpu_ids or []]
     if not ids:
         raise PlanError("gpus is empty: name GPU indexes, GPU UUIDs or one MIG device (GPU:device or MIG-<uuid>)")

@@ -11,7 +11,8 @@ At start it
      argparse does in vLLM: `vllm serve: error: unrecognized arguments: ...`);
   2. binds the API socket first (vLLM does, so a taken port fails before the engine starts);
   3. reads the GPUs the container was given from the injected `nvidia-smi` (none: vLLM's
-     "Failed to infer device type");
+     "Failed to infer device type"); on a MIG-enabled GPU, as CUDA does, only the MIG devices it was
+     given there, each with its own memory (a MIG-enabled GPU given whole is no device);
   4. reads config.json and the safetensors headers of the model directory (never tensor data);
   5. checks free GPU memory against the budget (vLLM's "Free memory on device ..." error), both
      as CUDA reports them: nvidia-smi's total and free less the driver's reserved memory;
@@ -50,6 +51,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import vllm_overheads  # noqa: E402  (copied next to this file in the image, as are the next two)
+import nvsmi_parse  # noqa: E402
 import vllm_plan  # noqa: E402
 from safetensors_header import read_header, tensor_bytes, checkpoint_weight_bytes  # noqa: E402
 
@@ -79,26 +81,53 @@ class Host(object):
     def __init__(self, env=None):
         self.env = os.environ if env is None else env
 
-    def gpus(self):
-        """[{index, name, total_mib, reserved_mib, used_mib, free_mib, compute_cap}] or None without a GPU."""
-        fields = "index,name,memory.total,memory.reserved,memory.used,memory.free,compute_cap"
+    def _smi(self, args):
         try:
-            proc = subprocess.run(["nvidia-smi", "--query-gpu=" + fields, "--format=csv,noheader,nounits"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                                  timeout=30)
+            proc = subprocess.run(["nvidia-smi"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  universal_newlines=True, timeout=30)
         except (OSError, subprocess.SubprocessError):
             return None
-        if proc.returncode != 0:
+        return proc.stdout if proc.returncode == 0 else None
+
+    def gpus(self):
+        """The CUDA devices: [{index, name, total_mib, reserved_mib, used_mib, free_mib, compute_cap}], or None."""
+        fields = "index,name,memory.total,memory.reserved,memory.used,memory.free,compute_cap,mig.mode.current"
+        text = self._smi(["--query-gpu=" + fields, "--format=csv"])
+        if text is None:
             return None
-        out = []
-        for line in proc.stdout.splitlines():
-            cells = [c.strip() for c in line.split(",")]
-            if len(cells) < 7:
+        try:
+            rows = nvsmi_parse.parse_query_gpu_csv(text)["gpus"]
+        except nvsmi_parse.ParseError:
+            return None
+        if any(row.get("mig_mode") for row in rows):
+            return self._mig_view(rows) or None
+        return [_cuda_device(row) for row in rows] or None
+
+    def _mig_view(self, rows):
+        """CUDA on a MIG-enabled GPU enumerates the MIG devices the container was given there, not the GPU: each
+        named `<GPU> MIG <profile>`, its memory the device's own (`-q` FB Memory Usage, Reserved 0 MiB). A
+        MIG-enabled GPU given whole is no CUDA device at all."""
+        listing, details = self._smi(["-L"]), self._smi(["-q"])
+        if listing is None or details is None:
+            return []
+        try:
+            listed = dict((g["index"], g) for g in nvsmi_parse.parse_list(listing)["gpus"])
+            queried = dict((g["index"], g) for g in nvsmi_parse.parse_q(details)["gpus"])
+        except nvsmi_parse.ParseError:
+            return []
+        devices = []
+        for row in rows:
+            if not row.get("mig_mode"):
+                devices.append(_cuda_device(row, len(devices)))
                 continue
-            out.append({"index": int(cells[0]), "name": cells[1], "total_mib": int(cells[2]),
-                        "reserved_mib": int(cells[3]), "used_mib": int(cells[4]), "free_mib": int(cells[5]),
-                        "compute_cap": cells[6]})
-        return out or None
+            sizes = dict((d["index"], d) for d in queried.get(row["index"], {}).get("mig_devices") or [])
+            for dev in listed.get(row["index"], {}).get("mig_devices") or []:
+                size = sizes.get(dev["index"]) or {}
+                total, used = size.get("memory_total_mib") or 0, size.get("memory_used_mib") or 0
+                devices.append({"index": len(devices), "name": "%s MIG %s" % (row["name"], dev["profile"]),
+                                "total_mib": total, "reserved_mib": 0, "used_mib": used, "free_mib": total - used,
+                                "compute_cap": row.get("compute_capability"), "mig_device": dev["uuid"]})
+        return devices
 
     def shm_free_bytes(self):
         try:
@@ -119,6 +148,14 @@ class Host(object):
 
     def cache_root(self):
         return self.env.get("VLLM_CACHE_ROOT") or os.path.join(os.path.expanduser("~"), ".cache", "vllm")
+
+
+def _cuda_device(row, index=None):
+    """A whole GPU as CUDA counts it, from a parsed --query-gpu row."""
+    return {"index": row["index"] if index is None else index, "name": row["name"],
+            "total_mib": row["memory_total_mib"], "reserved_mib": row.get("memory_reserved_mib") or 0,
+            "used_mib": row.get("memory_used_mib") or 0, "free_mib": row["memory_free_mib"],
+            "compute_cap": row.get("compute_capability")}
 
 
 # ---------------------------------------------------------------- the log

@@ -272,11 +272,14 @@ def test_capture_runs_xml_first_and_stops_there():
                 binaries={"nvidia-smi": "/usr/bin/nvidia-smi", "lspci": "/usr/bin/lspci"},
                 files={"/proc/driver/nvidia/version": host("proc-driver-nvidia-version_proprietary_515.76.txt")})
     facts = gf.gather(io)
-    # XML answered: no CSV; `topo -m` for the interconnect (this fake host has none: null)
-    assert io.calls == [["/usr/bin/nvidia-smi", "-q", "-x"], ["/usr/bin/nvidia-smi", "topo", "-m"],
-                        ["/usr/bin/lspci", "-nn", "-D"]]
+    # XML answered: no CSV; -L for the MIG devices' names (it has two), `topo -m` for the interconnect (this fake
+    # host has neither: the MIG devices keep no name, the topology is null)
+    assert io.calls == [["/usr/bin/nvidia-smi", "-q", "-x"], ["/usr/bin/nvidia-smi", "-L"],
+                        ["/usr/bin/nvidia-smi", "topo", "-m"], ["/usr/bin/lspci", "-nn", "-D"]]
     assert facts["state"] == "ok" and facts["pci_source"] == "lspci"
     assert facts["gpus"][0]["mig_mode"] is True
+    assert [(d["index"], d["memory_total_mib"], d["uuid"]) for d in facts["gpus"][0]["mig_devices"]] == [
+        (0, 19968, None), (1, 19968, None)]
     assert facts["topology"] is None and facts["nvswitches"] == []
 
 
@@ -442,3 +445,14 @@ def test_documentation_matches_the_argument_spec():
     yaml.safe_load(module.EXAMPLES)
     returned = yaml.safe_load(module.RETURN)["ansible_facts"]["contains"]["nvidia"]["contains"]
     assert set(returned) == set(gf.FACT_KEYS)
+
+
+def test_mig_devices_get_their_names_and_uuids_from_the_listing():
+    """-q (003) gives each MIG device's memory, -L of the same host (028) its profile and UUID, by Device N."""
+    facts = nvsmi_parse.facts_from_output(smi("003_q_590.48.01_H100-MIG_load.txt"))
+    merged = nvsmi_parse.merge_mig_listing(facts, smi("028_L_590.48.01_H100-MIG.txt"))
+    devices = merged["gpus"][0]["mig_devices"]
+    assert [(d["gpu_index"], d["index"], d["profile"], d["memory_total_mib"]) for d in devices] == [
+        (0, 0, "3g.40gb", 40448), (0, 1, "2g.20gb", 20096), (0, 2, "1g.10gb", 9984), (0, 3, "1g.10gb", 9984)]
+    assert devices[1]["uuid"] == "MIG-00000001-0000-0000-0000-000000000001"
+    assert facts["gpus"][0]["mig_devices"][0]["uuid"] is None  # the facts given are not changed

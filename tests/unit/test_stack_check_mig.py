@@ -1,6 +1,7 @@
 """gpu_stack_check and MIG (issue 24 item 3): the declared layout against the GPUs (check mig_layout), and a serving
 container given a MIG-enabled GPU whole (serving_gpus). On real captures: -q -x of MIG hosts (nvidia_smi/019, 039),
 `nvidia-smi mig -lgi` and `-L` (tests/fixtures/mig/, README there names each); a reboot's state from the simulator."""
+import json
 import os
 import sys
 
@@ -178,3 +179,36 @@ def test_a_cdi_spec_generated_before_the_layout_lacks_the_mig_devices():
     entry = '    - name: "%s"\n      containerEdits:\n        deviceNodes:\n            - path: /dev/nvidia0\n'
     with_mig = spec.replace("devices:\n", "devices:\n" + "".join(entry % ref for ref in refs), 1)
     assert sc.check_cdi_spec({"/etc/cdi/nvidia.yaml": with_mig}, "999.88.77", 1, mig_refs=refs)["status"] == "ok"
+
+
+# Real `docker inspect` of three serving containers (docker.io 20.10.24): --gpus device=1, device=0:0, all.
+INSPECT = load(os.path.join(FIXTURES, "gpus_path"), "docker-inspect_20.10.24+dfsg1_debian12_gpus-device-1_device-0-0_all.json")
+
+
+def _two_gpus(mig_on):
+    """Two H100 of capture 028's -L (GPU 0, its UUID) and a second GPU; MIG on where mig_on says."""
+    first = nvsmi_parse.parse_list(load(SMI, "028_L_590.48.01_H100-MIG.txt"))["gpus"][0]
+    second = dict(first, index=1, uuid="GPU-11111111-1111-1111-1111-111111111111", mig_devices=[])
+    return {"state": "ok", "gpus": [dict(first, mig_mode=0 in mig_on), dict(second, mig_mode=1 in mig_on)]}
+
+
+def test_a_restarting_container_given_the_mig_gpu_whole_is_named_from_its_device_request():
+    """No exec answer (the container exits and restarts): the device requests say GPU 1 whole, and --gpus all."""
+    inspected = cap(["docker", "inspect", "whole-1", "slice-a", "every"], 0, INSPECT)
+    failed = sc.result("serving_gpus", "container", "fail", "nvidia-smi fails inside serving container whole-1: exit 1",
+                       data={"ok": [], "lost": [], "failed": ["whole-1"]})
+    check = sc.mig_whole_decides(failed, {}, _two_gpus({1}), inspected)
+    assert check["status"] == "fail"
+    assert check["data"]["mig_whole"] == [{"container": "every", "gpu": 1}, {"container": "whole-1", "gpu": 1}]
+    assert "every, whole-1 is given GPU 1 whole, but MIG is enabled there" in check["summary"]
+    assert "nvidia_mig_layout: {'1': disabled}" in check["remedy"]
+
+
+def test_a_mig_device_request_is_not_a_whole_gpu():
+    """MIG on GPU 0 only: slice-a asked for 0:0 (fine), whole-1 for GPU 1 (no MIG), but `every` got all GPUs."""
+    inspected = cap(["docker", "inspect"], 0, INSPECT)
+    check = sc.mig_whole_decides(_serving_ok("slice-a, whole-1"), {}, _two_gpus({0}), inspected)
+    assert check["data"]["mig_whole"] == [{"container": "every", "gpu": 0}]
+    without_all = json.dumps([c for c in json.loads(INSPECT) if c["Name"] != "/every"])
+    before = _serving_ok("slice-a, whole-1")
+    assert sc.mig_whole_decides(before, {}, _two_gpus({0}), cap(["docker", "inspect"], 0, without_all)) == before

@@ -378,3 +378,43 @@ def test_chat_rejects_an_unknown_model_and_an_overlong_request(models):
     status, body = server.chat_reply(engine, {"model": "m", "max_tokens": 200,
                                               "messages": [{"role": "user", "content": "hi"}]})
     assert status == 400 and "maximum context length is 100 tokens" in body["error"]["message"]
+
+
+class SmiHost(server.Host):
+    """The stand-in's Host reading real nvidia-smi captures instead of running nvidia-smi."""
+
+    def __init__(self, outputs):
+        server.Host.__init__(self, env={})
+        self.outputs = outputs
+
+    def _smi(self, args):
+        return self.outputs.get(args[0].split("=")[0])
+
+
+def _corpus(name):
+    with open(os.path.join(FIXTURES, "nvidia_smi", name), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def test_mig_enabled_gpu_is_seen_as_its_mig_devices():
+    """CUDA on a MIG-enabled H100 enumerates its MIG devices with their own memory (captures 004/028/003 of one
+    host: --query-gpu says MIG Enabled, -L names the profiles, -q gives each device's FB memory)."""
+    host = SmiHost({"--query-gpu": _corpus("004_query-gpu_590.48.01_H100-MIG_many-fields.csv"),
+                    "-L": _corpus("028_L_590.48.01_H100-MIG.txt"),
+                    "-q": _corpus("003_q_590.48.01_H100-MIG_load.txt")})
+    devices = host.gpus()
+    assert [(d["name"], d["total_mib"], d["used_mib"], d["reserved_mib"]) for d in devices] == [
+        ("NVIDIA H100 80GB HBM3 MIG 3g.40gb", 40448, 11091, 0),
+        ("NVIDIA H100 80GB HBM3 MIG 2g.20gb", 20096, 17, 0),
+        ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", 9984, 9, 0),
+        ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", 9984, 9, 0)]
+    assert devices[0]["free_mib"] == 40448 - 11091 and devices[0]["compute_cap"] == "9.0"
+    assert [d["index"] for d in devices] == [0, 1, 2, 3]
+
+
+def test_mig_enabled_gpu_given_whole_is_no_cuda_device():
+    """The same MIG-enabled H100 with no MIG device listed under it (-L of capture 027): vLLM finds no device."""
+    host = SmiHost({"--query-gpu": _corpus("004_query-gpu_590.48.01_H100-MIG_many-fields.csv"),
+                    "-L": _corpus("027_L_590.48.01_H100.txt"),
+                    "-q": _corpus("003_q_590.48.01_H100-MIG_load.txt")})
+    assert host.gpus() is None

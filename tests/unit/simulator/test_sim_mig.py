@@ -348,3 +348,31 @@ def test_cci_partial_compute_instance_as_the_510_capture(tmp_path):
     real = fixture("lci_510.47.03_A100-PCIE-40GB_1c-partial-ci_no-closing-border.txt").splitlines()
     row = [x for x in real if "1c.3g.20gb" in x][0].replace("1c.3g.20gb", "1c.3g.40gb")
     assert sim[:6] == real[:6] and sim[6] == row.replace("     1       MIG", "%6d       MIG" % gi)
+
+
+def test_standin_in_a_container_given_one_mig_device_sees_that_slice(tmp_path):
+    """The vLLM stand-in reads the container's nvidia-smi as CUDA sees the devices: one 3g.40gb slice of the
+    H100 (40448 MiB, the size of 003's 3g.40gb), not the whole card; given the MIG-enabled GPU whole, none."""
+    sys.path.insert(0, os.path.join(ROOT, "molecule", "vllm_standin"))
+    import server as standin
+    p, s = _two_slices(tmp_path)
+    copy_ = tmp_path / "c.json"
+
+    class Inside(standin.Host):
+        def _smi(self, args):
+            out, rc = run_smi(copy_, *args)
+            return out if rc == 0 else None
+
+    for given, want in (("0:1", 1), ("0", 0)):
+        gpus, migs = hookmod.select_devices(s, [given])
+        with open(copy_, "w") as fh:
+            json.dump(hookmod.container_state(s, gpus, migs), fh)
+        devices = Inside(env={}).gpus() or []
+        assert len(devices) == want, devices
+    gpus, migs = hookmod.select_devices(s, ["0:1"])
+    with open(copy_, "w") as fh:
+        json.dump(hookmod.container_state(s, gpus, migs), fh)
+    (device,) = Inside(env={}).gpus()
+    assert device["name"] == "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
+    assert device["total_mib"] == 40448 and device["reserved_mib"] == 0
+    assert device["free_mib"] == device["total_mib"] - device["used_mib"]
