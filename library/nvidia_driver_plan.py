@@ -285,6 +285,14 @@ remove:
   type: list
   elements: str
   sample: [nvidia-dkms-580-server-open, nvidia-driver-580-server-open]
+purge:
+  description:
+    - NVIDIA's pinning packages of other branches that a branch change removed, their preferences file still on
+      disk (dpkg status C(rc)); the role purges them after the install.
+  returned: when query_host
+  type: list
+  elements: str
+  sample: [nvidia-driver-pinning-590]
 kernel:
   description:
     - Ubuntu without DKMS - the running kernel C(release), its C(flavour) and where that came from

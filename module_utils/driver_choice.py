@@ -153,7 +153,8 @@ def parse_dpkg_query(text):
     """``dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'`` -> {package: info}.
 
     info: version, want (first status letter), installed (the package's files are on disk: status
-    letter i, or a half-configured/unpacked one), held (selection 'hold').
+    letter i, or a half-configured/unpacked one), held (selection 'hold'), config_files (removed, its
+    conffiles left: status letter c, `rc` in dpkg -l).
     """
     result = {}
     for line in (text or "").splitlines():
@@ -164,7 +165,8 @@ def parse_dpkg_query(text):
         want = abbrev[:1]
         status = abbrev[1:2]
         installed = status in ("i", "U", "F", "W", "t", "h") and bool(version)
-        entry = {"version": version or None, "want": want, "held": want == "h", "installed": installed}
+        entry = {"version": version or None, "want": want, "held": want == "h", "installed": installed,
+                 "config_files": status == "c"}
         if name not in result or (installed and not result[name]["installed"]):
             result[name] = entry
     return result
@@ -832,11 +834,22 @@ def dkms_packages_to_remove(dpkg):
     return sorted(name for name, info in dpkg.items() if info["installed"] and _DKMS_DRIVER.match(name))
 
 
+_PINNING = re.compile(r"^nvidia-driver-pinning-(\d+)$")
+
+
+def replaced_pinning_packages(dpkg, branch):
+    """NVIDIA's pinning packages of other branches that apt removed when the branch changed (each Conflicts with the
+    others), their preferences file left behind as a conffile: purged, so that no stale pin outlives its branch."""
+    return sorted(name for name, info in dpkg.items()
+                  if info.get("config_files") and _PINNING.match(name) and _PINNING.match(name).group(1) != str(branch))
+
+
 def _plan_result(pre, branch, source, modules, packages, installed, dpkg, **chosen):
     """plan()'s result: what was resolved, and what was chosen (version, package_version, install,
     action, available; a prediction adds predicted and predicted_reason)."""
     install = chosen.pop("install")
     chosen.setdefault("remove", [])
+    chosen.setdefault("purge", replaced_pinning_packages(dpkg, branch))
     chosen.setdefault("kernel", None)
     return dict({
         "branch": branch, "branch_source": source, "min_branch": pre["min_branch"],

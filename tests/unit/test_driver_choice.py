@@ -127,7 +127,8 @@ def test_parse_madison_keeps_both_archives():
 
 def test_parse_dpkg_query_holds():
     dpkg = dc.parse_dpkg_query(CONVERGED)
-    assert dpkg["nvidia-driver"] == {"version": "580.105.08-1", "want": "h", "held": True, "installed": True}
+    assert dpkg["nvidia-driver"] == {"version": "580.105.08-1", "want": "h", "held": True, "installed": True,
+                                     "config_files": False}
     assert dpkg["apt"]["held"] is False and dpkg["apt"]["installed"] is True
     assert not any(info["held"] for name, info in dpkg.items() if name not in DRIVER_PKGS)
 
@@ -136,6 +137,16 @@ def test_parse_dpkg_query_not_installed_and_half_states():
     dpkg = dc.parse_dpkg_query("foo\t\tun \nbar\t1.0\trc \nbaz\t2.0\tiU \nqux\t3\thi \n")
     assert not dpkg["foo"]["installed"] and not dpkg["bar"]["installed"]
     assert dpkg["baz"]["installed"] and dpkg["qux"]["held"]
+    assert dpkg["bar"]["config_files"] and not dpkg["foo"]["config_files"] and not dpkg["qux"]["config_files"]
+
+
+def test_replaced_pinning_packages_are_the_other_branches_left_in_rc():
+    """590 -> 580: apt removed nvidia-driver-pinning-590 (it conflicts with -580), dpkg kept its conffile."""
+    dpkg = dc.parse_dpkg_query("nvidia-driver-pinning-590\t590-5\trc \nnvidia-driver-pinning-580\t580-5\thi \n"
+                               "nvidia-driver-pinning-575\t575-5\tun \nnvidia-driver\t580.126.09-1\thi \n")
+    assert dc.replaced_pinning_packages(dpkg, 580) == ["nvidia-driver-pinning-590"]
+    # back to 590: its own leftover conffile is taken up again by the install, nothing to purge
+    assert dc.replaced_pinning_packages(dpkg, 590) == []
 
 
 def test_parse_dpkg_search():
