@@ -808,7 +808,7 @@ def test_dpkg_owners_of_several_paths():
 def test_a_pin_file_of_a_driver_package_is_not_the_operators():
     # NVIDIA's pinning package holds its branch in a preferences file it ships; a branch change replaces it
     pin = "Package: nvidia-driver\nPin: version 580.*\nPin-Priority: 1000\n"
-    path = "/etc/apt/preferences.d/nvidia-driver-pinning-580"
+    path = "/etc/apt/preferences.d/nvidia-driver-pin"
     planned = {"action": "change", "packages": ["nvidia-driver", "nvidia-driver-pinning-590"],
                "package_versions": [{"name": "nvidia-driver", "version": "590.48.01-1"}],
                "package_version": "590.48.01-1", "version": "590.48.01",

@@ -42,7 +42,7 @@ def test_open_modules_from_nvidias_repository_installed_and_held(host):
 def test_branch_held_by_the_pinning_package_and_gpuhosts_pin(host):
     out = host.check_output("dpkg-query -W -f '${Version} ${db:Status-Abbrev}' nvidia-driver-pinning-590")
     assert out.strip() == "590-5 hi"
-    assert host.file("/etc/apt/preferences.d/nvidia-driver-pinning-590").exists
+    assert "Pin: version 590.*" in host.file("/etc/apt/preferences.d/nvidia-driver-pin").content_string
     pin = host.file("/etc/apt/preferences.d/gpuhost-nvidia-driver.pref").content_string
     assert "Pin: version %s-*" % VERSION in pin
     # apt's candidate stays at the installed version although the repository has other versions

@@ -90,7 +90,7 @@ def _pin_file(repo, tmp_path, branch):
     deb = os.path.join(repo, CUDA, "nvidia-driver-pinning-%s_%s-5_all.deb" % (branch, branch))
     root = tmp_path / ("pin-" + branch)
     subprocess.run(["dpkg-deb", "-x", deb, str(root)], check=True)
-    return (root / "etc" / "apt" / "preferences.d" / ("nvidia-driver-pinning-" + branch)).read_text()
+    return (root / "etc" / "apt" / "preferences.d" / "nvidia-driver-pin").read_text()
 
 
 def test_apt_takes_the_newest_branch_unless_the_pinning_package_holds_one(repo, tmp_path):
@@ -102,7 +102,7 @@ def test_apt_takes_the_newest_branch_unless_the_pinning_package_holds_one(repo, 
     assert res.returncode == 0 and got["nvidia-driver"] == "590.48.01-1", res.stdout + res.stderr
     assert got["nvidia-kernel-open-dkms"] == "590.48.01-1" and "nvidia-kernel-dkms" not in got
     # what nvidia-driver-pinning-580 installs, in apt's preferences: the same request stays in 580
-    (tmp_path / "apt" / "etc" / "preferences.d" / "nvidia-driver-pinning-580").write_text(
+    (tmp_path / "apt" / "etc" / "preferences.d" / "nvidia-driver-pin").write_text(
         _pin_file(repo, tmp_path, "580"))
     res = apt(repo, tmp_path, src, "-s", "install", "nvidia-driver", "nvidia-kernel-open-dkms")
     got = installs(res)
