@@ -155,3 +155,49 @@ def components_of(text, deb822=True):
             if match:
                 result.append(match.group(2).split())
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# other sources of one repository
+
+_SOURCE_LINE = re.compile(r"^\s*(deb|deb-src)\s+(?:\[([^\]]*)\]\s+)?(\S+)\s+(\S+)")
+
+
+def source_entries(text, deb822):
+    """[{uri, suite, signed_by, line}] of the enabled entries of one apt sources file: a deb822 `.sources`
+    (Enabled: no skipped) or a one-line `.list` (comments skipped). Raises SourcesError for a deb822 file apt
+    could not read either."""
+    out = []
+    if deb822:
+        for line, fields in paragraphs(text):
+            if fields.get("enabled", "yes").strip().lower() == "no":
+                continue
+            for uri in fields.get("uris", "").split():
+                for suite in fields.get("suites", "").split():
+                    out.append({"uri": uri, "suite": suite, "signed_by": fields.get("signed-by") or None, "line": line})
+        return out
+    for number, raw in enumerate(text.splitlines(), 1):
+        match = _SOURCE_LINE.match(raw)
+        if not match:
+            continue
+        options = dict(o.split("=", 1) for o in (match.group(2) or "").split() if "=" in o)
+        out.append({"uri": match.group(3), "suite": match.group(4), "signed_by": options.get("signed-by"),
+                    "line": number})
+    return out
+
+
+def conflicting_sources(files, uri, suite, signed_by):
+    """The entries of {path: text} that name the repository (uri, a trailing slash aside, and suite) with
+    another Signed-By: apt then refuses every source ("Conflicting values set for option Signed-By regarding
+    source ..."). [{path, line, signed_by}]; a deb822 file apt cannot read either is skipped."""
+    want = uri.rstrip("/")
+    found = []
+    for path in sorted(files):
+        try:
+            entries = source_entries(files[path], deb822=path.endswith(".sources"))
+        except SourcesError:
+            continue
+        for entry in entries:
+            if entry["uri"].rstrip("/") == want and entry["suite"] == suite and entry["signed_by"] != signed_by:
+                found.append({"path": path, "line": entry["line"], "signed_by": entry["signed_by"]})
+    return found

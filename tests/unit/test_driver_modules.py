@@ -83,3 +83,23 @@ def test_plan_precheck_refuses_without_touching_the_host():
     assert refused.get("failed") and "needs driver branch >= 570" in refused["msg"]
     ok = run_module("nvidia_driver_plan", dict(args, branch="auto"))
     assert ok["changed"] is False and ok["kernel_modules"] == "open" and ok["branch"] is None
+
+
+def test_apt_source_conflicts_reads_the_sources_directory(tmp_path):
+    """cuda-keyring's real list in a sources directory; gpuhost's own file is not counted; nothing changes."""
+    with open(os.path.join(FIXTURES, "cuda_repo", "cuda-debian13-x86_64.list"), encoding="utf-8") as handle:
+        keyring_list = handle.read()
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "cuda-debian13-x86_64.list").write_text(keyring_list)
+    own = tmp_path / "sources.list.d" / "nvidia-cuda.sources"
+    own.write_text("Types: deb\nURIs: https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64\n"
+                   "Suites: /\nSigned-By: /etc/apt/keyrings/nvidia-cuda.asc\n")
+    args = {"uri": "https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64",
+            "signed_by": "/etc/apt/keyrings/nvidia-cuda.asc", "own_path": str(own),
+            "sources_dir": str(tmp_path / "sources.list.d"), "sources_list": str(tmp_path / "sources.list")}
+    found = run_module("apt_source_conflicts", args, "--check")
+    assert found["changed"] is False
+    assert [(c["path"].rsplit("/", 1)[1], c["signed_by"]) for c in found["conflicts"]] == [
+        ("cuda-debian13-x86_64.list", "/usr/share/keyrings/cuda-archive-keyring.gpg")]
+    (tmp_path / "sources.list.d" / "cuda-debian13-x86_64.list").unlink()
+    assert run_module("apt_source_conflicts", args)["conflicts"] == []

@@ -83,3 +83,35 @@ def test_one_line_format():
     assert lines[6] == ONE_LINE.splitlines()[6]  # docker: no main
     assert len(changes) == 3
     assert ds.enable_one_line(after, WANT) == (after, [])
+
+
+# --- another source of the same repository ------------------------------------------------------------------
+
+CUDA13 = "https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/"
+
+
+def cuda_keyring_list():
+    with open(os.path.join(FIXTURES, "cuda_repo", "cuda-debian13-x86_64.list"), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def test_cuda_keyrings_list_is_a_conflict_for_another_key():
+    """cuda-keyring's real source line (signed-by its own keyring) against gpuhost's source with its own key."""
+    files = {"/etc/apt/sources.list.d/cuda-debian13-x86_64.list": cuda_keyring_list(),
+             "/etc/apt/sources.list.d/debian.sources": load("debian.sources_bookworm_debootstrap.txt")}
+    found = ds.conflicting_sources(files, CUDA13.rstrip("/"), "/", "/etc/apt/keyrings/nvidia-cuda.asc")
+    assert found == [{"path": "/etc/apt/sources.list.d/cuda-debian13-x86_64.list", "line": 1,
+                      "signed_by": "/usr/share/keyrings/cuda-archive-keyring.gpg"}]
+    # the same keyring is no conflict (apt only warns of a source configured twice), nor is another suite
+    assert ds.conflicting_sources(files, CUDA13, "/", "/usr/share/keyrings/cuda-archive-keyring.gpg") == []
+    assert ds.conflicting_sources(files, CUDA13, "bookworm", "/etc/apt/keyrings/nvidia-cuda.asc") == []
+
+
+def test_deb822_entries_per_uri_and_suite():
+    entries = ds.source_entries(load("debian.sources_bookworm_debootstrap.txt"), deb822=True)
+    assert [(e["uri"], e["suite"], e["line"]) for e in entries] == [
+        ("http://deb.debian.org/debian", "bookworm", 1), ("http://deb.debian.org/debian", "bookworm-updates", 1),
+        ("http://deb.debian.org/debian-security", "bookworm-security", 7)]
+    assert {e["signed_by"] for e in entries} == {"/usr/share/keyrings/debian-archive-keyring.gpg"}
+    disabled = load("debian.sources_bookworm_debootstrap.txt").replace("Types: deb\n", "Types: deb\nEnabled: no\n", 1)
+    assert [e["suite"] for e in ds.source_entries(disabled, deb822=True)] == ["bookworm-security"]

@@ -1,0 +1,115 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Find the host's other apt sources of a repository that name it with another Signed-By (read-only)."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: apt_source_conflicts
+short_description: Find other apt sources of a repository with another Signed-By
+description:
+  - apt refuses every source, and every C(apt-get update), when one repository (URI and suite) is configured twice
+    with different C(Signed-By) values ("Conflicting values set for option Signed-By regarding source ...").
+    A host set up by hand with NVIDIA's instructions has such a source: cuda-keyring's
+    C(/etc/apt/sources.list.d/cuda-<distro>-<arch>.list) names the CUDA repository with its own keyring.
+  - Reads O(sources_list) and the C(.list) and C(.sources) files of O(sources_dir), except O(own_path), and
+    returns the entries that name O(uri) (a trailing slash aside) and O(suite) with a Signed-By other than
+    O(signed_by). Changes nothing.
+version_added: "1.0.0"
+author: gpuhost
+options:
+  uri:
+    description: The repository's URI.
+    type: str
+    required: true
+  suite:
+    description: The suite (C(/) for a flat repository).
+    type: str
+    default: /
+  signed_by:
+    description: The Signed-By the caller's own source gives it.
+    type: str
+    required: true
+  own_path:
+    description: The caller's own source file, not counted.
+    type: path
+  sources_dir:
+    description: Directory of the host's source files.
+    type: path
+    default: /etc/apt/sources.list.d
+  sources_list:
+    description: The host's one-line sources file.
+    type: path
+    default: /etc/apt/sources.list
+notes:
+  - Supports check mode (it never changes anything). A deb822 file apt cannot read either is skipped.
+"""
+
+EXAMPLES = r"""
+- name: Look for other sources of the CUDA repository
+  apt_source_conflicts:
+    uri: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/
+    signed_by: /etc/apt/keyrings/nvidia-cuda.asc
+    own_path: /etc/apt/sources.list.d/nvidia-cuda.sources
+  register: cuda_conflicts
+"""
+
+RETURN = r"""
+conflicts:
+  description: The other entries of the repository with another Signed-By (null where they have none).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{path: /etc/apt/sources.list.d/cuda-debian12-x86_64.list, line: 1,
+            signed_by: /usr/share/keyrings/cuda-archive-keyring.gpg}]
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+try:
+    from ansible.module_utils.atomic_file import read_text
+    from ansible.module_utils.driver_sources import conflicting_sources
+except ImportError:
+    from atomic_file import read_text
+    from driver_sources import conflicting_sources
+
+
+def read_sources(sources_dir, sources_list, own_path=None):
+    """{path: text} of the host's source files (unreadable ones left out)."""
+    paths = [sources_list]
+    if os.path.isdir(sources_dir):
+        paths += [os.path.join(sources_dir, name) for name in sorted(os.listdir(sources_dir))
+                  if name.endswith((".list", ".sources"))]
+    files = {}
+    for path in paths:
+        if own_path and os.path.abspath(path) == os.path.abspath(own_path):
+            continue
+        text = read_text(path)
+        if text is not None:
+            files[path] = text
+    return files
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            uri=dict(type="str", required=True),
+            suite=dict(type="str", default="/"),
+            signed_by=dict(type="str", required=True),
+            own_path=dict(type="path"),
+            sources_dir=dict(type="path", default="/etc/apt/sources.list.d"),
+            sources_list=dict(type="path", default="/etc/apt/sources.list"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    files = read_sources(p["sources_dir"], p["sources_list"], p["own_path"])
+    module.exit_json(changed=False, conflicts=conflicting_sources(files, p["uri"], p["suite"], p["signed_by"]))
+
+
+if __name__ == "__main__":
+    main()
