@@ -43,6 +43,11 @@ options:
     description: The host's one-line sources file.
     type: path
     default: /etc/apt/sources.list
+  architecture:
+    description:
+      - The dpkg architecture apt puts for C($(ARCH)) in a URI (NVIDIA's toolkit repository is written with it, or
+        with C(amd64) already put in). Default C(dpkg --print-architecture).
+    type: str
 notes:
   - Supports check mode (it never changes anything). A deb822 file apt cannot read either is skipped.
 """
@@ -57,6 +62,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+architecture:
+  description: The dpkg architecture used for C($(ARCH)); null where it could not be told.
+  returned: always
+  type: str
+  sample: amd64
 conflicts:
   description: The other entries of the repository with another Signed-By (null where they have none).
   returned: always
@@ -103,12 +113,19 @@ def main():
             own_path=dict(type="path"),
             sources_dir=dict(type="path", default="/etc/apt/sources.list.d"),
             sources_list=dict(type="path", default="/etc/apt/sources.list"),
+            architecture=dict(type="str"),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    arch = p["architecture"]
+    dpkg = None if arch else module.get_bin_path("dpkg")
+    if dpkg:
+        rc, out, _err = module.run_command([dpkg, "--print-architecture"])
+        arch = out.strip() if rc == 0 else None
     files = read_sources(p["sources_dir"], p["sources_list"], p["own_path"])
-    module.exit_json(changed=False, conflicts=conflicting_sources(files, p["uri"], p["suite"], p["signed_by"]))
+    module.exit_json(changed=False, architecture=arch,
+                     conflicts=conflicting_sources(files, p["uri"], p["suite"], p["signed_by"], arch))
 
 
 if __name__ == "__main__":

@@ -186,11 +186,14 @@ def source_entries(text, deb822):
     return out
 
 
-def conflicting_sources(files, uri, suite, signed_by):
+def conflicting_sources(files, uri, suite, signed_by, arch=None):
     """The entries of {path: text} that name the repository (uri, a trailing slash aside, and suite) with
     another Signed-By: apt then refuses every source ("Conflicting values set for option Signed-By regarding
-    source ..."). [{path, line, signed_by}]; a deb822 file apt cannot read either is skipped."""
-    want = uri.rstrip("/")
+    source ..."). arch: the host's dpkg architecture, which apt puts for `$(ARCH)` in a URI before it
+    compares. [{path, line, signed_by}]; a deb822 file apt cannot read either is skipped."""
+    def same(text):
+        return (text.replace("$(ARCH)", arch) if arch else text).rstrip("/")
+    want = same(uri)
     found = []
     for path in sorted(files):
         try:
@@ -198,6 +201,6 @@ def conflicting_sources(files, uri, suite, signed_by):
         except SourcesError:
             continue
         for entry in entries:
-            if entry["uri"].rstrip("/") == want and entry["suite"] == suite and entry["signed_by"] != signed_by:
+            if same(entry["uri"]) == want and entry["suite"] == suite and entry["signed_by"] != signed_by:
                 found.append({"path": path, "line": entry["line"], "signed_by": entry["signed_by"]})
     return found

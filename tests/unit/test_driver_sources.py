@@ -115,3 +115,15 @@ def test_deb822_entries_per_uri_and_suite():
     assert {e["signed_by"] for e in entries} == {"/usr/share/keyrings/debian-archive-keyring.gpg"}
     disabled = load("debian.sources_bookworm_debootstrap.txt").replace("Types: deb\n", "Types: deb\nEnabled: no\n", 1)
     assert [e["suite"] for e in ds.source_entries(disabled, deb822=True)] == ["bookworm-security"]
+
+
+def test_toolkit_list_written_by_hand_names_the_arch_uri_gpuhost_writes():
+    """NVIDIA's toolkit repository as a by-hand list has it (amd64 put in, another keyring), and as gpuhost's
+    own source writes it ($(ARCH), which apt expands before it compares)."""
+    files = {"/etc/apt/sources.list.d/nvidia-container-toolkit.list": load("nvidia-container-toolkit.list_by-hand_amd64.txt")}
+    ours = "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"
+    keyring = "/usr/share/keyrings/nvidia-container-toolkit-keyring.asc"
+    assert ds.conflicting_sources(files, ours, "/", keyring, arch="amd64") == [
+        {"path": "/etc/apt/sources.list.d/nvidia-container-toolkit.list", "line": 1,
+         "signed_by": "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"}]
+    assert ds.conflicting_sources(files, ours, "/", keyring, arch="arm64") == []
