@@ -25,7 +25,9 @@ description:
     container started with C(--gpus all), and with C(--device nvidia.com/gpu=all) where the engine
     supports CDI, lists the host's GPUs; NVIDIA's vectorAdd CUDA sample runs in a C(--gpus all) container;
     C(nvidia-smi -L) inside every running serving container, label C(gpuhost.layer=vllm), lists its GPUs - a
-    container whose NVML says Unknown Error lost its devices to a systemd reload); C(runtime_config) also
+    container whose NVML says Unknown Error lost its devices to a systemd reload - and no serving container,
+    running or restarting, is given a MIG-enabled GPU whole (its C(nvidia-smi -L), and C(docker inspect)'s
+    device requests)); C(runtime_config) also
     warns when an NVIDIA device node has no C(/dev/char) link (what such a reload needs);
     C(health) (GPU memory held by pids that do not exist,
     active throttle reasons other than C(gpu_idle), Xid errors in the kernel log since boot)."
