@@ -12,7 +12,7 @@ short_description: Find other apt sources of a repository with another Signed-By
 description:
   - apt refuses every source, and every C(apt-get update), when one repository (URI and suite) is configured twice
     with different C(Signed-By) values ("Conflicting values set for option Signed-By regarding source ...").
-    A host set up by hand with NVIDIA's instructions has such a source: cuda-keyring's
+    A host set up by hand with NVIDIA's instructions has such a source - cuda-keyring's
     C(/etc/apt/sources.list.d/cuda-<distro>-<arch>.list) names the CUDA repository with its own keyring.
   - Reads O(sources_list) and the C(.list) and C(.sources) files of O(sources_dir), except O(own_path), and
     returns the entries that name O(uri) (a trailing slash aside) and O(suite) with a Signed-By other than
