@@ -14,10 +14,10 @@ description:
     toolkit does (every C(NVIDIA_REQUIRE_*) except C(NVIDIA_REQUIRE_JETPACK*), legacy C(CUDA_VERSION),
     C(NVIDIA_DISABLE_REQUIRE)) and evaluates it against the driver's CUDA version, driver version and
     GPU brands. Space-separated terms are alternatives, comma-separated terms are all required.
-  - Fails (naming the image layer, both CUDA versions and the fixes) when no alternative holds: the
+  - 'Fails (naming the image layer, both CUDA versions and the fixes) when no alternative holds: the
     toolkit would refuse the container with "unsatisfied condition: cuda>=X", or, where it does not
     check (CDI mode), CUDA would fail at initialisation. Also fails when the image is admitted only
-    through CUDA forward compatibility on a GPU that cannot use it (error 804).
+    through CUDA forward compatibility on a GPU that cannot use it (error 804).'
   - Warns, without failing, when the image runs only through forward compatibility on a GPU that may
     be a datacenter part, when the image sets C(NVIDIA_DISABLE_REQUIRE), and when the driver's CUDA
     version is unknown. Read-only.

@@ -33,7 +33,7 @@ options:
     default: /dev
 notes:
   - Supports check mode and diff mode.
-  - The links live in C(/dev), a tmpfs: NVIDIA's udev rule (role nvidia_container_toolkit) makes them again at
+  - The links live in C(/dev), a tmpfs; NVIDIA's udev rule (role nvidia_container_toolkit) makes them again at
     every boot and driver load.
 """
 

@@ -65,7 +65,7 @@ commands:
   type: list
   elements: str
 before:
-  description: GPU index to its MIG state before the run (V(MIG enabled: 3g.40gb, 3g.40gb), V(MIG disabled)).
+  description: "GPU index to its MIG state before the run (V(MIG enabled: 3g.40gb, 3g.40gb), V(MIG disabled))."
   returned: always
   type: dict
 after:

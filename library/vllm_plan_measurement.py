@@ -78,7 +78,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 warnings_by_name:
-  description: Per instance, the warnings for an operator (lines starting "vllm: WARNING").
+  description: 'Per instance, the warnings for an operator (lines starting "vllm: WARNING").'
   returned: always
   type: dict
 plans:
