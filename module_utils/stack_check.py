@@ -1342,10 +1342,15 @@ def mig_whole_decides(serving_check, execs, facts, inspected=None):
     whole.sort(key=lambda item: (item[0], item[1]))
     name, index = whole[0]
     data = dict(serving_check.get("data") or {}, mig_whole=[{"container": n, "gpu": i} for n, i in whole])
+    names = sorted(set(n for n, _i in whole))
+    summary = ("serving container %s is given GPU %s whole, but MIG is enabled there: CUDA in it sees no device (a "
+               "MIG-enabled GPU offers only its MIG devices)" % (", ".join(names), index))
+    broken = set((serving_check.get("data") or {}).get("lost") or []) | set((serving_check.get("data") or {}).get("failed") or [])
+    if serving_check.get("status") == "fail" and not broken <= set(names):
+        # another container's own failure stays the finding; the MIG one is added to it
+        return dict(serving_check, summary="%s; also %s" % (serving_check.get("summary"), summary), data=data)
     return dict(serving_check, status="fail",
-                summary="serving container %s is given GPU %s whole, but MIG is enabled there: CUDA in it sees no "
-                        "device (a MIG-enabled GPU offers only its MIG devices)"
-                        % (", ".join(sorted(set(n for n, _i in whole))), index),
+                summary=summary,
                 remedy="give the instance a MIG device (vllm_instances gpus: '%s:0' or its MIG-<uuid>, `nvidia-smi -L`) "
                        "or turn MIG off on GPU %s (nvidia_mig_layout: {'%s': disabled})" % (index, index, index),
                 data=data)

@@ -212,3 +212,14 @@ def test_a_mig_device_request_is_not_a_whole_gpu():
     without_all = json.dumps([c for c in json.loads(INSPECT) if c["Name"] != "/every"])
     before = _serving_ok("slice-a, whole-1")
     assert sc.mig_whole_decides(before, {}, _two_gpus({0}), cap(["docker", "inspect"], 0, without_all)) == before
+
+
+def test_another_containers_own_failure_stays_the_finding():
+    """slice-a lost its devices (its own failure); whole-1's MIG cause is added, not put in its place."""
+    inspected = cap(["docker", "inspect"], 0, json.dumps([c for c in json.loads(INSPECT) if c["Name"] == "/whole-1"]))
+    lost = sc.result("serving_gpus", "container", "fail", "container slice-a lost its GPU devices (...)",
+                     remedy="recreate slice-a", data={"ok": [], "lost": ["slice-a"], "failed": []})
+    check = sc.mig_whole_decides(lost, {}, _two_gpus({1}), inspected)
+    assert check["summary"].startswith("container slice-a lost its GPU devices")
+    assert "also serving container whole-1 is given GPU 1 whole" in check["summary"]
+    assert check["remedy"] == "recreate slice-a" and check["data"]["mig_whole"] == [{"container": "whole-1", "gpu": 1}]
