@@ -111,19 +111,20 @@ class Host(object):
         if listing is None or details is None:
             return []
         try:
-            listed = dict((g["index"], g) for g in nvsmi_parse.parse_list(listing)["gpus"])
-            queried = dict((g["index"], g) for g in nvsmi_parse.parse_q(details)["gpus"])
+            # -q has each MIG device's memory, -L its profile and UUID; CUDA sees the devices -L lists
+            queried = nvsmi_parse.merge_mig_listing(nvsmi_parse.parse_q(details), listing)
         except nvsmi_parse.ParseError:
             return []
+        by_index = dict((g["index"], g) for g in queried["gpus"])
         devices = []
         for row in rows:
             if not row.get("mig_mode"):
                 devices.append(_cuda_device(row, len(devices)))
                 continue
-            sizes = dict((d["index"], d) for d in queried.get(row["index"], {}).get("mig_devices") or [])
-            for dev in listed.get(row["index"], {}).get("mig_devices") or []:
-                size = sizes.get(dev["index"]) or {}
-                total, used = size.get("memory_total_mib") or 0, size.get("memory_used_mib") or 0
+            for dev in (by_index.get(row["index"]) or {}).get("mig_devices") or []:
+                if not dev["uuid"]:
+                    continue
+                total, used = dev.get("memory_total_mib") or 0, dev.get("memory_used_mib") or 0
                 devices.append({"index": len(devices), "name": "%s MIG %s" % (row["name"], dev["profile"]),
                                 "total_mib": total, "reserved_mib": 0, "used_mib": used, "free_mib": total - used,
                                 "compute_cap": row.get("compute_capability"), "mig_device": dev["uuid"]})
