@@ -8,15 +8,16 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: apt_source_conflicts
-short_description: Find other apt sources of a repository with another Signed-By
+short_description: Refuse other apt sources of a repository with another Signed-By
 description:
   - apt refuses every source, and every C(apt-get update), when one repository (URI and suite) is configured twice
     with different C(Signed-By) values ("Conflicting values set for option Signed-By regarding source ...").
     A host set up by hand with NVIDIA's instructions has such a source - cuda-keyring's
     C(/etc/apt/sources.list.d/cuda-<distro>-<arch>.list) names the CUDA repository with its own keyring.
   - Reads O(sources_list) and the C(.list) and C(.sources) files of O(sources_dir), except O(own_path), and
-    returns the entries that name O(uri) (a trailing slash aside) and O(suite) with a Signed-By other than
-    O(signed_by). Changes nothing.
+    fails, before the caller adds its own source, when an entry names O(uri) (a trailing slash aside) and
+    O(suite) with a Signed-By other than O(signed_by); the message names the O(layer), the files and O(fix).
+    Changes nothing.
 version_added: "1.0.0"
 author: gpuhost
 options:
@@ -43,6 +44,14 @@ options:
     description: The host's one-line sources file.
     type: path
     default: /etc/apt/sources.list
+  layer:
+    description: The layer that adds the source, named first in the failure.
+    type: str
+    required: true
+  fix:
+    description: What an operator does about the other source (how it got there, how it goes).
+    type: str
+    default: remove that file
   architecture:
     description:
       - The dpkg architecture apt puts for C($(ARCH)) in a URI (NVIDIA's toolkit repository is written with it, or
@@ -53,12 +62,13 @@ notes:
 """
 
 EXAMPLES = r"""
-- name: Look for other sources of the CUDA repository
+- name: Refuse a second source of the CUDA repository with another key
   apt_source_conflicts:
     uri: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/
     signed_by: /etc/apt/keyrings/nvidia-cuda.asc
     own_path: /etc/apt/sources.list.d/nvidia-cuda.sources
-  register: cuda_conflicts
+    layer: nvidia_driver
+    fix: apt purge cuda-keyring
 """
 
 RETURN = r"""
@@ -68,7 +78,8 @@ architecture:
   type: str
   sample: amd64
 conflicts:
-  description: The other entries of the repository with another Signed-By (null where they have none).
+  description: The other entries of the repository with another Signed-By (null where they have none); the task
+    fails when there is one.
   returned: always
   type: list
   elements: dict
@@ -104,6 +115,14 @@ def read_sources(sources_dir, sources_list, own_path=None):
     return files
 
 
+def conflict_message(layer, uri, conflicts, fix):
+    return ("%s: %s already names the repository %s with Signed-By %s; apt reads no source at all when one "
+            "repository has two Signed-By values (\"Conflicting values set for option Signed-By\"), so gpuhost adds "
+            "its own, with its checked key, only once that one is gone: %s. Nothing was changed."
+            % (layer, ", ".join(sorted(set(c["path"] for c in conflicts))), uri,
+               ", ".join(sorted(set(c["signed_by"] or "none" for c in conflicts))), fix))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -113,6 +132,8 @@ def main():
             own_path=dict(type="path"),
             sources_dir=dict(type="path", default="/etc/apt/sources.list.d"),
             sources_list=dict(type="path", default="/etc/apt/sources.list"),
+            layer=dict(type="str", required=True),
+            fix=dict(type="str", default="remove that file"),
             architecture=dict(type="str"),
         ),
         supports_check_mode=True,
@@ -124,8 +145,11 @@ def main():
         rc, out, _err = module.run_command([dpkg, "--print-architecture"])
         arch = out.strip() if rc == 0 else None
     files = read_sources(p["sources_dir"], p["sources_list"], p["own_path"])
-    module.exit_json(changed=False, architecture=arch,
-                     conflicts=conflicting_sources(files, p["uri"], p["suite"], p["signed_by"], arch))
+    conflicts = conflicting_sources(files, p["uri"], p["suite"], p["signed_by"], arch)
+    if conflicts:
+        module.fail_json(msg=conflict_message(p["layer"], p["uri"], conflicts, p["fix"]), changed=False,
+                         architecture=arch, conflicts=conflicts)
+    module.exit_json(changed=False, architecture=arch, conflicts=conflicts)
 
 
 if __name__ == "__main__":

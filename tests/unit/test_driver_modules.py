@@ -96,10 +96,15 @@ def test_apt_source_conflicts_reads_the_sources_directory(tmp_path):
                    "Suites: /\nSigned-By: /etc/apt/keyrings/nvidia-cuda.asc\n")
     args = {"uri": "https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64",
             "signed_by": "/etc/apt/keyrings/nvidia-cuda.asc", "own_path": str(own),
-            "sources_dir": str(tmp_path / "sources.list.d"), "sources_list": str(tmp_path / "sources.list")}
+            "sources_dir": str(tmp_path / "sources.list.d"), "sources_list": str(tmp_path / "sources.list"),
+            "layer": "nvidia_driver", "fix": "apt purge cuda-keyring"}
     found = run_module("apt_source_conflicts", args, "--check")
-    assert found["changed"] is False
+    assert found["changed"] is False and found["failed"] is True
     assert [(c["path"].rsplit("/", 1)[1], c["signed_by"]) for c in found["conflicts"]] == [
         ("cuda-debian13-x86_64.list", "/usr/share/keyrings/cuda-archive-keyring.gpg")]
+    assert found["msg"].startswith("nvidia_driver: %s already names" % (tmp_path / "sources.list.d" / "cuda-debian13-x86_64.list"))
+    assert "Signed-By /usr/share/keyrings/cuda-archive-keyring.gpg;" in found["msg"]
+    assert found["msg"].endswith("apt purge cuda-keyring. Nothing was changed.")
     (tmp_path / "sources.list.d" / "cuda-debian13-x86_64.list").unlink()
-    assert run_module("apt_source_conflicts", args)["conflicts"] == []
+    clean = run_module("apt_source_conflicts", args)
+    assert clean["conflicts"] == [] and not clean.get("failed")
