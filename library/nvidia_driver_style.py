@@ -37,6 +37,11 @@ options:
     description: Where NVIDIA's CUDA repositories are; the host's is C(<base>/<distro>/<arch>/).
     type: str
     default: https://developer.download.nvidia.com/compute/cuda/repos
+  cuda_repo_distro:
+    description:
+      - NVIDIA's directory for this host (debian12, debian13, ubuntu2204, ubuntu2404) when its facts name none
+        gpuhost knows, as on a derivative of Ubuntu or Debian; the key and the package naming follow it.
+    type: str
   cuda_repo_url:
     description:
       - NVIDIA's CUDA repository URL when it is not the one of O(cuda_repo_base_url) (a mirror); its own
@@ -89,9 +94,13 @@ from ansible.module_utils.cuda_repo import CudaRepoError, archive_branches, auto
 from ansible.module_utils.driver_choice import gpu_summary, min_branch
 
 
-def decide(distribution, pci_devices, madison_text, cuda_repo_url=None, sources_pending=False):
-    """(style, reason, min_branch): cuda_repo.auto_style, and a pending check run that cannot read the sources."""
+def decide(distribution, pci_devices, madison_text, cuda_repo_url=None, sources_pending=False, named_distro=None):
+    """(style, reason, min_branch): cuda_repo.auto_style, a pending check run that cannot read the sources, and a
+    derivative (neither Debian nor Ubuntu) that names its CUDA repository: that repository is its only driver source."""
     floor = min_branch(gpu_summary(pci_devices))
+    if named_distro and (distribution or "").lower() not in ("debian", "ubuntu"):
+        return "nvidia", ("%s: no archive style is known for it, and nvidia_driver_cuda_repo_distro names NVIDIA's "
+                          "%s repository" % (distribution, named_distro)), floor
     if (distribution or "").lower() == "debian" and sources_pending \
             and not archive_branches(madison_text, exclude_url=cuda_repo_url):
         return "debian", ("Debian: the apt sources this run adds are not read yet (check mode); the real run "
@@ -108,6 +117,7 @@ def main():
             distribution_version=dict(type="str"),
             architecture=dict(type="str", default="x86_64"),
             cuda_repo_base_url=dict(type="str", default="https://developer.download.nvidia.com/compute/cuda/repos"),
+            cuda_repo_distro=dict(type="str"),
             cuda_repo_url=dict(type="str"),
             sources_pending=dict(type="bool", default=False),
         ),
@@ -117,12 +127,14 @@ def main():
     repo, repo_error = None, None
     try:
         repo = repository(params["distribution"], params["distribution_version"], params["architecture"],
-                          params["cuda_repo_base_url"])
+                          params["cuda_repo_base_url"], distro=params["cuda_repo_distro"])
         if params["cuda_repo_url"]:
             url = params["cuda_repo_url"].rstrip("/") + "/"
             repo.update(url=url, key_url=url + repo["key_file"])
     except CudaRepoError as exc:
         repo_error = str(exc)
+        if params["cuda_repo_distro"]:
+            module.fail_json(msg="nvidia_driver: %s" % repo_error)
     text = ""
     if (params["distribution"] or "").lower() == "debian":
         cache = module.get_bin_path("apt-cache", required=True)
@@ -131,7 +143,8 @@ def main():
             module.fail_json(msg="nvidia_driver: apt-cache madison nvidia-driver failed (%d): %s" % (rc, err.strip()))
     try:
         style, reason, floor = decide(params["distribution"], params["pci_devices"], text,
-                                      repo["url"] if repo else None, params["sources_pending"])
+                                      repo["url"] if repo else None, params["sources_pending"],
+                                      named_distro=repo["distro"] if repo and params["cuda_repo_distro"] else None)
     except CudaRepoError as exc:
         module.fail_json(msg="nvidia_driver: %s; set nvidia_driver_package_style" % exc)
     module.exit_json(changed=False, style=style, reason=reason, min_branch=floor, repository=repo,

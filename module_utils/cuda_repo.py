@@ -119,11 +119,22 @@ def plan_packages(repo_family, branch, modules):
     return packages + [pinning_package(branch)] if branch else packages
 
 
-def repository(distribution, version, machine, base_url=DEFAULT_BASE_URL):
-    """Where a host's CUDA repository is: {distro, arch, family, url, key_url, key_file, fingerprint}."""
-    distro = repo_distro(distribution, version)
+def repository(distribution, version, machine, base_url=DEFAULT_BASE_URL, distro=None):
+    """Where a host's CUDA repository is: {distro, arch, family, url, key_url, key_file, fingerprint}.
+
+    distro: NVIDIA's directory for the host when its facts do not name one (a derivative of Ubuntu or Debian,
+    e.g. Linux Mint 22 -> ubuntu2404); its key and package naming follow the directory, not the facts.
+    """
+    if distro:
+        distro = distro.strip().lower()
+        if distro not in KEYS:
+            raise CudaRepoError("nvidia_driver_cuda_repo_distro %r is not a CUDA repository gpuhost knows (known: %s)"
+                                % (distro, ", ".join(sorted(KEYS))))
+    else:
+        distro = repo_distro(distribution, version)
     if distro is None:
-        raise CudaRepoError("NVIDIA's CUDA repository has no driver packages gpuhost knows for %s %s (known: %s)"
+        raise CudaRepoError("NVIDIA's CUDA repository has no driver packages gpuhost knows for %s %s (known: %s; "
+                            "a derivative names its base with nvidia_driver_cuda_repo_distro)"
                             % (distribution, version, ", ".join(sorted(KEYS))))
     arch = repo_arch(machine)
     key = signing_key(distro)

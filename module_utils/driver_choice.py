@@ -514,9 +514,10 @@ def installed_kernel_modules(dpkg):
         match = _UBUNTU_KMOD.match(name)
         if match:
             flavours.add("open" if match.group(3) else "proprietary")
-        elif re.match(r"^nvidia-(?:open-kernel|kernel-open)-dkms$|^nvidia-dkms-\d+(?:-server)?-open$", name):
+        # nvidia-dkms-open / nvidia-dkms: NVIDIA's Ubuntu names from branch 590 (no branch in the name)
+        elif re.match(r"^nvidia-(?:open-kernel|kernel-open)-dkms$|^nvidia-dkms(?:-\d+)?(?:-server)?-open$", name):
             flavours.add("open")
-        elif re.match(r"^nvidia-kernel-dkms$|^nvidia-dkms-\d+(?:-server)?$", name):
+        elif re.match(r"^nvidia-kernel-dkms$|^nvidia-dkms(?:-\d+)?(?:-server)?$", name):
             flavours.add("proprietary")
     return flavours.pop() if len(flavours) == 1 else ("mixed" if flavours else None)
 

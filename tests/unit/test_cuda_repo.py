@@ -327,3 +327,73 @@ def test_the_branchs_pinning_package_is_held_with_the_driver():
         ("nvidia-driver-pinning-590", "590-5"), ("nvidia-driver-pinning-580.105.08", "580.105.08-1"))))
     assert dc.driver_packages(dpkg, "590.48.01", 590) == [
         "nvidia-driver", "nvidia-driver-pinning-590", "nvidia-kernel-open-dkms", "nvidia-smi"]
+
+
+def test_a_derivative_names_its_base_repository():
+    # Linux Mint 22 is Ubuntu 24.04 underneath: its facts name no CUDA repository, its base does
+    with pytest.raises(cr.CudaRepoError) as err:
+        cr.repository("Linux Mint", "22", "x86_64")
+    assert "nvidia_driver_cuda_repo_distro" in str(err.value)
+    repo = cr.repository("Linux Mint", "22", "x86_64", distro="ubuntu2404")
+    assert repo["url"] == cr.DEFAULT_BASE_URL + "/ubuntu2404/x86_64/" and repo["family"] == "ubuntu"
+    assert repo["fingerprint"] == "EB693B3035CD5710E231E123A4B469963BF863CC"
+    # the directory decides the key and the naming, not the facts
+    assert cr.repository("Debian", "12", "x86_64", distro="debian13")["key_file"] == "8793F200.pub"
+    with pytest.raises(cr.CudaRepoError) as err:
+        cr.repository("Ubuntu", "24.04", "x86_64", distro="ubuntu2004")
+    assert "ubuntu2004" in str(err.value) and "ubuntu2404" in str(err.value)
+
+
+def test_style_module_takes_the_named_repository():
+    from conftest import run_ansible_module
+    result = run_ansible_module("nvidia_driver_style", {"distribution": "Linux Mint", "pci_devices": [],
+                                                        "distribution_version": "22",
+                                                        "cuda_repo_distro": "ubuntu2404"})
+    assert result["repository"]["family"] == "ubuntu" and result["repository_error"] is None
+    assert result["repository"]["key_url"] == cr.DEFAULT_BASE_URL + "/ubuntu2404/x86_64/3bf863cc.pub"
+    assert result["style"] == "nvidia" and "ubuntu2404" in result["reason"]
+    # a wrong name is refused, with the ones there are
+    wrong = run_ansible_module("nvidia_driver_style", {"distribution": "Linux Mint", "pci_devices": [],
+                                                       "distribution_version": "22", "cuda_repo_distro": "mint22"})
+    assert wrong["failed"] and "'mint22'" in wrong["msg"] and "ubuntu2404" in wrong["msg"]
+
+
+def _ubuntu_repo_madison(names_versions):
+    url = "http://127.0.0.1:8000/cuda/repos/ubuntu2404/x86_64  Packages"
+    return "".join("%s | %s | %s\n" % (name, version, url) for name, versions in names_versions
+                   for version in versions)
+
+
+def test_plan_on_nvidias_ubuntu_repository_across_the_590_rename():
+    # nvidia-open-580 up to 580, nvidia-open (branch only in the version) from 590 (research 3)
+    madison = _ubuntu_repo_madison([("nvidia-open-580", ["580.126.09-1ubuntu1"]),
+                                    ("nvidia-open", ["590.48.01-1ubuntu1", "590.44.01-1ubuntu1"])])
+    gpus = dc.gpu_summary(_blackwell_pci())
+    fresh = dc.plan(_request(cuda_repo_family="ubuntu"), gpus, _Query(madison))
+    assert fresh["branch"] == 590 and fresh["action"] == "install"
+    assert fresh["install"] == ["nvidia-open=590.48.01-1ubuntu1", "nvidia-driver-pinning-590"]
+    # a host on 580 (NVIDIA's suffixed names, nvidia-smi from nvidia-utils-580) asked for 590
+    installed = "".join("%s\t%s\tii \n" % nv for nv in (
+        ("nvidia-open-580", "580.126.09-1ubuntu1"), ("nvidia-driver-580-open", "580.126.09-1ubuntu1"),
+        ("nvidia-dkms-580-open", "580.126.09-1ubuntu1"), ("nvidia-utils-580", "580.126.09-1ubuntu1"),
+        ("libnvidia-compute-580", "580.126.09-1ubuntu1"), ("nvidia-driver-pinning-580", "580-2ubuntu1")))
+
+    class _Host(_Query):
+        def smi_owner(self):
+            return "nvidia-utils-580"
+
+    kept = dc.plan(_request(cuda_repo_family="ubuntu"), gpus, _Host(madison, installed))
+    assert kept["branch"] == 580 and kept["action"] == "none" and kept["kernel_modules"] == "open"
+    assert "nvidia-driver-pinning-580" in kept["installed"]["packages"]
+    moved = dc.plan(_request(cuda_repo_family="ubuntu", branch="590"), gpus, _Host(madison, installed))
+    assert moved["action"] == "change"
+    assert moved["install"] == ["nvidia-open=590.48.01-1ubuntu1", "nvidia-driver-pinning-590"]
+
+
+def test_kernel_modules_of_nvidias_unsuffixed_dkms_packages():
+    def kind(*names):
+        return dc.installed_kernel_modules(dc.parse_dpkg_query("".join("%s\t590.48.01-1ubuntu1\tii \n" % n
+                                                                         for n in names)))
+    assert kind("nvidia-dkms-open", "nvidia-driver-open") == "open"
+    assert kind("nvidia-dkms", "nvidia-utils") == "proprietary"
+    assert kind("nvidia-dkms-580-open") == "open" and kind("nvidia-dkms-580-server") == "proprietary"

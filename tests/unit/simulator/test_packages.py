@@ -94,6 +94,8 @@ def test_layout_and_summary(repo):
         "debian": {"layout": "dists", "path": "debian/", "suites": ["bookworm", "trixie"],
                    "components": ["non-free", "non-free-firmware"]},
         "cuda-debian12": {"layout": "flat", "path": "cuda/repos/debian12/x86_64/", "suites": ["/"], "components": []},
+        "cuda-ubuntu2404": {"layout": "flat", "path": "cuda/repos/ubuntu2404/x86_64/", "suites": ["/"],
+                            "components": []},
         "libnvidia-container": {"layout": "flat", "path": "libnvidia-container/stable/deb/amd64/", "suites": ["/"],
                                 "components": []}}
     for rel in ("ubuntu/dists/noble-updates/restricted/binary-amd64/Packages.gz",

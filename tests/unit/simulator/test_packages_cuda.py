@@ -111,3 +111,49 @@ def test_apt_takes_the_newest_branch_unless_the_pinning_package_holds_one(repo, 
     # the proprietary modules are the first alternative when none is named
     res = apt(repo, tmp_path, src, "-s", "install", "nvidia-driver")
     assert installs(res)["nvidia-kernel-dkms"] == "580.126.09-1"
+
+
+# NVIDIA's Ubuntu repository (cuda/repos/ubuntu2404/x86_64, specs/cuda-ubuntu.*.json): the branch in the package
+# names up to 580, only in the version from 590 (research 3); pinning packages versioned <B>-2ubuntu1 (research 4).
+UBUNTU = "cuda/repos/ubuntu2404/x86_64"
+
+
+def ubuntu_stanzas(repo):
+    return {(p["Package"], p["Version"]): p for p in packages_file(os.path.join(repo, UBUNTU, "Packages"))}
+
+
+def test_ubuntu_names_carry_the_branch_up_to_580_only(repo):
+    release = open(os.path.join(repo, UBUNTU, "Release")).read()
+    assert "Origin: NVIDIA\n" in release and "Label: NVIDIA CUDA\n" in release
+    got = ubuntu_stanzas(repo)
+    assert {v for n, v in got if n == "nvidia-open-580"} == {"580.126.09-1ubuntu1"}
+    assert {v for n, v in got if n == "nvidia-open"} == {"590.44.01-1ubuntu1", "590.48.01-1ubuntu1"}
+    # NVIDIA's rename table: nvidia-dkms-580-open -> nvidia-dkms-open, libnvidia-compute-580 -> libnvidia-compute
+    assert {v for n, v in got if n == "nvidia-dkms-580-open"} == {"580.126.09-1ubuntu1"}
+    assert {v for n, v in got if n == "libnvidia-compute"} == {"590.44.01-1ubuntu1", "590.48.01-1ubuntu1"}
+    assert not any(n.startswith("nvidia-open-59") or (n.endswith("-590") and "pinning" not in n) for n, _ in got)
+    # the package matrix's Depends of nvidia-open-<B> and of nvidia-open
+    assert got[("nvidia-open-580", "580.126.09-1ubuntu1")]["Depends"] == (
+        "nvidia-driver-580-open | nvidia-driver-580-server-open")
+    assert got[("nvidia-open", "590.48.01-1ubuntu1")]["Depends"] == "nvidia-driver-open"
+    pin = got[("nvidia-driver-pinning-590", "590-2ubuntu1")]
+    assert pin["Provides"] == pin["Conflicts"] == pin["Replaces"] == "nvidia-driver-pinning"
+
+
+def test_ubuntu_repository_resolves_one_branchs_set(repo, tmp_path):
+    key = os.path.join(repo, "keys", "gpusim-archive-keyring.gpg")
+    src = "Types: deb\nURIs: file:%s/%s/\nSuites: /\nSigned-By: %s\n" % (repo, UBUNTU, key)
+    res = apt(repo, tmp_path, src, "update")
+    assert res.returncode == 0 and "E:" not in res.stderr, res.stdout + res.stderr
+    res = apt(repo, tmp_path, src, "-s", "install", "nvidia-open")
+    got = installs(res)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert {n for n in got if "nvidia" in n} >= {"nvidia-open", "nvidia-driver-open", "nvidia-dkms-open",
+                                                 "nvidia-utils", "libnvidia-compute", "nvidia-compute-utils"}
+    assert set(v for n, v in got.items() if "nvidia" in n) == {"590.48.01-1ubuntu1"}
+    res = apt(repo, tmp_path, src, "-s", "install", "nvidia-open-580")
+    got = installs(res)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert not any(n.endswith("-open") and "580" not in n for n in got), got
+    assert {"nvidia-driver-580-open", "nvidia-dkms-580-open", "nvidia-utils-580"} <= set(got)
+    assert set(v for n, v in got.items() if "nvidia" in n) == {"580.126.09-1ubuntu1"}
