@@ -13,7 +13,7 @@ tests/fixtures/cuda_repo/.
   pinning_package    nvidia-driver-pinning-<branch> (its own version is not the driver's: "580-5")
   driver_packages    what the role names to apt for a branch and a kernel module flavour, main first
   plan_packages      those and the branch's pinning package
-  repository         a host's repository: URL, key URL, fingerprint, naming family
+  repository         a host's repository (or the one nvidia_driver_cuda_repo_distro names): URL, key, naming family
   parse_pinning      `apt-cache search nvidia-driver-pinning` -> branches and versions offered
   archive_branches   the driver branches a host's own archive offers (madison lines not from the CUDA repo)
   auto_style         Debian + a GPU whose minimum branch the archive does not reach -> nvidia, and why

@@ -367,11 +367,11 @@ def _ubuntu_repo_madison(names_versions):
 def test_plan_on_nvidias_ubuntu_repository_across_the_590_rename():
     # nvidia-open-580 up to 580, nvidia-open (branch only in the version) from 590 (research 3)
     madison = _ubuntu_repo_madison([("nvidia-open-580", ["580.126.09-1ubuntu1"]),
-                                    ("nvidia-open", ["590.48.01-1ubuntu1", "590.44.01-1ubuntu1"])])
+                                    ("nvidia-open", ["590.48.01-0ubuntu1", "590.44.01-0ubuntu1"])])
     gpus = dc.gpu_summary(_blackwell_pci())
     fresh = dc.plan(_request(cuda_repo_family="ubuntu"), gpus, _Query(madison))
     assert fresh["branch"] == 590 and fresh["action"] == "install"
-    assert fresh["install"] == ["nvidia-open=590.48.01-1ubuntu1", "nvidia-driver-pinning-590"]
+    assert fresh["install"] == ["nvidia-open=590.48.01-0ubuntu1", "nvidia-driver-pinning-590"]
     # a host on 580 (NVIDIA's suffixed names, nvidia-smi from nvidia-utils-580) asked for 590
     installed = "".join("%s\t%s\tii \n" % nv for nv in (
         ("nvidia-open-580", "580.126.09-1ubuntu1"), ("nvidia-driver-580-open", "580.126.09-1ubuntu1"),
@@ -387,12 +387,12 @@ def test_plan_on_nvidias_ubuntu_repository_across_the_590_rename():
     assert "nvidia-driver-pinning-580" in kept["installed"]["packages"]
     moved = dc.plan(_request(cuda_repo_family="ubuntu", branch="590"), gpus, _Host(madison, installed))
     assert moved["action"] == "change"
-    assert moved["install"] == ["nvidia-open=590.48.01-1ubuntu1", "nvidia-driver-pinning-590"]
+    assert moved["install"] == ["nvidia-open=590.48.01-0ubuntu1", "nvidia-driver-pinning-590"]
 
 
 def test_kernel_modules_of_nvidias_unsuffixed_dkms_packages():
     def kind(*names):
-        return dc.installed_kernel_modules(dc.parse_dpkg_query("".join("%s\t590.48.01-1ubuntu1\tii \n" % n
+        return dc.installed_kernel_modules(dc.parse_dpkg_query("".join("%s\t590.48.01-0ubuntu1\tii \n" % n
                                                                          for n in names)))
     assert kind("nvidia-dkms-open", "nvidia-driver-open") == "open"
     assert kind("nvidia-dkms", "nvidia-utils") == "proprietary"

@@ -21,7 +21,7 @@ REPOS = {
         "policy": "nvidia-driver", "dkms": "nvidia-kernel-open-dkms", "pinning": "590-5",
     },
     "ubuntu2404": {
-        "revision": "-1ubuntu1",
+        "revision": "-0ubuntu1",
         "driver": ["nvidia-open", "nvidia-driver-open", "nvidia-dkms-open", "nvidia-kernel-common",
                    "nvidia-kernel-source-open", "libnvidia-compute", "nvidia-utils", "nvidia-compute-utils"],
         # branch 580's names, replaced by the change back to 590

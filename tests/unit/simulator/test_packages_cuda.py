@@ -6,6 +6,7 @@ open modules, nvidia-driver-pinning-<B> (version <B>-5, one at a time) holding a
 archive offline as in test_packages.py.
 """
 import os
+import re
 import subprocess
 
 import pytest
@@ -114,7 +115,8 @@ def test_apt_takes_the_newest_branch_unless_the_pinning_package_holds_one(repo, 
 
 
 # NVIDIA's Ubuntu repository (cuda/repos/ubuntu2404/x86_64, specs/cuda-ubuntu.*.json): the branch in the package
-# names up to 580, only in the version from 590 (research 3); pinning packages versioned <B>-2ubuntu1 (research 4).
+# names up to 580, only in the version from 590 (research 3), revisions 1ubuntu1 / 0ubuntu1 as third-party listings
+# show them; pinning packages versioned <B>-2ubuntu1 (research 4).
 UBUNTU = "cuda/repos/ubuntu2404/x86_64"
 
 
@@ -127,15 +129,15 @@ def test_ubuntu_names_carry_the_branch_up_to_580_only(repo):
     assert "Origin: NVIDIA\n" in release and "Label: NVIDIA CUDA\n" in release
     got = ubuntu_stanzas(repo)
     assert {v for n, v in got if n == "nvidia-open-580"} == {"580.126.09-1ubuntu1"}
-    assert {v for n, v in got if n == "nvidia-open"} == {"590.44.01-1ubuntu1", "590.48.01-1ubuntu1"}
+    assert {v for n, v in got if n == "nvidia-open"} == {"590.44.01-0ubuntu1", "590.48.01-0ubuntu1"}
     # NVIDIA's rename table: nvidia-dkms-580-open -> nvidia-dkms-open, libnvidia-compute-580 -> libnvidia-compute
     assert {v for n, v in got if n == "nvidia-dkms-580-open"} == {"580.126.09-1ubuntu1"}
-    assert {v for n, v in got if n == "libnvidia-compute"} == {"590.44.01-1ubuntu1", "590.48.01-1ubuntu1"}
+    assert {v for n, v in got if n == "libnvidia-compute"} == {"590.44.01-0ubuntu1", "590.48.01-0ubuntu1"}
     assert not any(n.startswith("nvidia-open-59") or (n.endswith("-590") and "pinning" not in n) for n, _ in got)
     # the package matrix's Depends of nvidia-open-<B> and of nvidia-open
     assert got[("nvidia-open-580", "580.126.09-1ubuntu1")]["Depends"] == (
         "nvidia-driver-580-open | nvidia-driver-580-server-open")
-    assert got[("nvidia-open", "590.48.01-1ubuntu1")]["Depends"] == "nvidia-driver-open"
+    assert got[("nvidia-open", "590.48.01-0ubuntu1")]["Depends"] == "nvidia-driver-open (>= 590.48.01)"
     pin = got[("nvidia-driver-pinning-590", "590-2ubuntu1")]
     assert pin["Provides"] == pin["Conflicts"] == pin["Replaces"] == "nvidia-driver-pinning"
 
@@ -150,10 +152,69 @@ def test_ubuntu_repository_resolves_one_branchs_set(repo, tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert {n for n in got if "nvidia" in n} >= {"nvidia-open", "nvidia-driver-open", "nvidia-dkms-open",
                                                  "nvidia-utils", "libnvidia-compute", "nvidia-compute-utils"}
-    assert set(v for n, v in got.items() if "nvidia" in n) == {"590.48.01-1ubuntu1"}
+    assert set(v for n, v in got.items() if "nvidia" in n) == {"590.48.01-0ubuntu1"}
     res = apt(repo, tmp_path, src, "-s", "install", "nvidia-open-580")
     got = installs(res)
     assert res.returncode == 0, res.stdout + res.stderr
     assert not any(n.endswith("-open") and "580" not in n for n in got), got
     assert {"nvidia-driver-580-open", "nvidia-dkms-580-open", "nvidia-utils-580"} <= set(got)
     assert set(v for n, v in got.items() if "nvidia" in n) == {"580.126.09-1ubuntu1"}
+
+
+def test_ubuntu_nvidia_open_takes_the_newest_driver_unless_gpuhosts_pin_holds_the_version(repo, tmp_path):
+    # nvidia-open=<V> Depends nvidia-driver-open (>= V): apt satisfies it with the newest (the trap a third-party
+    # switch script describes, research 3); gpuhost's pin (templates/apt-pin.pref.j2: every driver package at
+    # one version, priority 1001) lands the whole set on the version asked for.
+    key = os.path.join(repo, "keys", "gpusim-archive-keyring.gpg")
+    src = "Types: deb\nURIs: file:%s/%s/\nSuites: /\nSigned-By: %s\n" % (repo, UBUNTU, key)
+    assert apt(repo, tmp_path, src, "update").returncode == 0
+    res = apt(repo, tmp_path, src, "-s", "install", "nvidia-open=590.44.01-0ubuntu1")
+    got = installs(res)
+    assert got["nvidia-open"] == "590.44.01-0ubuntu1" and got["nvidia-driver-open"] == "590.48.01-0ubuntu1", got
+    import jinja2
+    template = os.path.join(os.path.dirname(FIXTURES), "..", "..", "roles", "nvidia_driver", "templates",
+                            "apt-pin.pref.j2")
+    pin = jinja2.Template(open(template).read()).render(
+        ansible_managed="test", nvidia_driver_plan={"version": "590.44.01", "branch": 590})
+    (tmp_path / "apt" / "etc" / "preferences.d" / "gpuhost-nvidia-driver.pref").write_text(pin)
+    res = apt(repo, tmp_path, src, "-s", "install", "nvidia-open=590.44.01-0ubuntu1")
+    got = installs(res)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert set(v for n, v in got.items() if "nvidia" in n) == {"590.44.01-0ubuntu1"}, got
+
+
+UBUNTU_580 = ["nvidia-open-580", "nvidia-driver-580-open", "nvidia-dkms-580-open", "nvidia-kernel-common-580",
+              "nvidia-kernel-source-580-open", "libnvidia-compute-580", "nvidia-utils-580", "nvidia-compute-utils-580"]
+UBUNTU_590 = ["nvidia-open", "nvidia-driver-open", "nvidia-dkms-open", "nvidia-kernel-common",
+              "nvidia-kernel-source-open", "libnvidia-compute", "nvidia-utils", "nvidia-compute-utils"]
+
+
+def _installed(repo, tmp_path, names, version):
+    """apt's status file with one branch's set installed, as the repository's stanzas describe it."""
+    status = tmp_path / "apt" / "status"
+    text = status.read_text()
+    for para in open(os.path.join(repo, UBUNTU, "Packages")).read().strip().split("\n\n"):
+        fields = [line for line in para.splitlines() if not line.startswith(" ")]
+        head = dict(line.split(": ", 1) for line in fields)
+        if head["Package"] in names and head["Version"] == version:
+            keep = [line for line in fields if line.split(":")[0] in (
+                "Version", "Architecture", "Depends", "Provides", "Conflicts", "Replaces")]
+            text += "Package: %s\nStatus: install ok installed\n%s\nDescription: x\n\n" % (head["Package"],
+                                                                                         "\n".join(keep))
+    status.write_text(text)
+
+
+@pytest.mark.parametrize("installed, version, request_", [
+    (UBUNTU_580, "580.126.09-1ubuntu1", "nvidia-open=590.48.01-0ubuntu1"),
+    (UBUNTU_590, "590.48.01-0ubuntu1", "nvidia-open-580=580.126.09-1ubuntu1")])
+def test_ubuntu_branch_change_swaps_the_named_sets(repo, tmp_path, installed, version, request_):
+    key = os.path.join(repo, "keys", "gpusim-archive-keyring.gpg")
+    src = "Types: deb\nURIs: file:%s/%s/\nSuites: /\nSigned-By: %s\n" % (repo, UBUNTU, key)
+    assert apt(repo, tmp_path, src, "update").returncode == 0
+    _installed(repo, tmp_path, installed, version)
+    res = apt(repo, tmp_path, src, "-s", "install", request_)
+    assert res.returncode == 0, res.stdout + res.stderr
+    removed = set(re.findall(r"^Remv (\S+) ", res.stdout, re.M))
+    assert removed == set(installed), res.stdout
+    wanted = UBUNTU_590 if installed is UBUNTU_580 else UBUNTU_580
+    assert set(installs(res)) == set(wanted), res.stdout
