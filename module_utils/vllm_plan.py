@@ -1164,6 +1164,26 @@ def held_by_others(processes, cgroups, own_ids):
 _MIG_REF = re.compile(r"^(\d+):(\d+)$")
 
 
+def _gpu_named(ref, gpus):
+    """The GPU fact an instance's `gpus` entry names (index, GPU UUID, GPU:device, MIG UUID), None if not here."""
+    ref = str(ref).strip()
+    match = _MIG_REF.match(ref)
+    if ref.isdigit() or match:
+        index = int(match.group(1)) if match else int(ref)
+        return next((g for g in gpus or [] if int(g["index"]) == index), None)
+    if ref.startswith("MIG-"):
+        index = next((d.get("gpu_index", g["index"]) for g in gpus or [] for d in g.get("mig_devices") or []
+                      if d.get("uuid") == ref), None)
+        return None if index is None else _gpu_named(str(index), gpus)
+    return next((g for g in gpus or [] if g.get("uuid") == ref), None)
+
+
+def gpu_indexes(gpu_ids, gpus):
+    """The GPU indexes an instance's `gpus` name, each once; an entry this host lacks adds none, so the caller
+    compares the counts (the vllm role's validation, which lists what the host has)."""
+    return sorted(set(int(gpu["index"]) for gpu in (_gpu_named(ref, gpus) for ref in gpu_ids or []) if gpu))
+
+
 def resolve_gpus(gpu_ids, gpus, listing=None):
     """An instance's `gpus` (GPU indexes, GPU UUIDs, or one MIG device as `GPU:device` or `MIG-<uuid>`) against the
     GPU facts -> {gpu_indexes, mig_device}. PlanError with the reason for what cannot be served.
@@ -1177,7 +1197,6 @@ def resolve_gpus(gpu_ids, gpus, listing=None):
     if listing:
         gpus = merge_mig_listing({"gpus": gpus or []}, listing)["gpus"]
     by_index = dict((int(g["index"]), g) for g in gpus or [])
-    by_uuid = dict((g.get("uuid"), g) for g in gpus or [] if g.get("uuid"))
     listed = dict(((int(g["index"]), d["index"]), d) for g in gpus or [] for d in g.get("mig_devices") or []
                   if d.get("uuid"))
     ids = [str(i).strip() for i in gpu_ids or []]
@@ -1217,7 +1236,7 @@ def resolve_gpus(gpu_ids, gpus, listing=None):
             "cdi_device": "nvidia.com/gpu=%d:%d" % key}}
     indexes = []
     for ref in ids:
-        gpu = by_index.get(int(ref)) if ref.isdigit() else by_uuid.get(ref)
+        gpu = _gpu_named(ref, gpus)
         if gpu is None:
             raise PlanError("gpus %s: %s is not a GPU of this host (GPUs %s)"
                             % (", ".join(ids), ref, ", ".join(str(i) for i in sorted(by_index)) or "none"))

@@ -111,3 +111,31 @@ def test_the_measurement_key_names_the_mig_device_in_the_plan_and_after_the_star
     assert key != vp.measurement_key(inst, "NVIDIA H100 80GB HBM3")[0]
     after = vp.after_starts([inst], result["plans"], {}, set(), {}, GPUS, {}, 0.1)
     assert set(after["plans"]) == {"a"}
+
+
+def test_gpu_indexes_of_every_form_an_instance_may_name():
+    # the GPU facts of a host as nvidia_gpu_facts gives them with MIG on GPU 0 (-q's devices, -L's UUIDs merged)
+    gpus = [{"index": 0, "uuid": "GPU-aaaa", "mig_mode": True,
+             "mig_devices": [{"index": 0, "gpu_index": 0, "uuid": "MIG-1111"}, {"index": 1, "gpu_index": 0,
+                                                                              "uuid": "MIG-2222"}]},
+            {"index": 1, "uuid": "GPU-bbbb", "mig_mode": False, "mig_devices": []}]
+    assert vp.gpu_indexes(["1"], gpus) == [1]
+    assert vp.gpu_indexes([0, "GPU-bbbb"], gpus) == [0, 1]
+    assert vp.gpu_indexes(["0:1"], gpus) == [0]
+    assert vp.gpu_indexes(["MIG-2222"], gpus) == [0]
+    # the same GPU twice counts once; what the host lacks adds nothing (the role compares the counts)
+    assert vp.gpu_indexes(["1", "GPU-bbbb"], gpus) == [1]
+    assert vp.gpu_indexes(["7", "GPU-cccc", "MIG-9999", "3:0"], gpus) == []
+
+
+def test_instance_gpus_module_through_ansible():
+    from conftest import run_ansible_module
+    gpus = [{"index": 0, "uuid": "GPU-aaaa", "mig_devices": [{"index": 0, "gpu_index": 0, "uuid": "MIG-1111"}]},
+            {"index": 1, "uuid": "GPU-bbbb"}]
+    result = run_ansible_module("vllm_instance_gpus", {"gpus": gpus, "instances": [
+        {"name": "slice", "gpus": ["MIG-1111"]}, {"name": "whole", "gpus": [1, "GPU-aaaa"]},
+        {"name": "typo", "gpus": ["2"]}]})
+    assert not result["changed"]
+    assert result["instances"] == [{"name": "slice", "gpu_ids": ["MIG-1111"], "gpu_indexes": [0]},
+                                   {"name": "whole", "gpu_ids": ["1", "GPU-aaaa"], "gpu_indexes": [0, 1]},
+                                   {"name": "typo", "gpu_ids": ["2"], "gpu_indexes": []}]
