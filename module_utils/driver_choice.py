@@ -288,7 +288,7 @@ def signed_module_versions(stanzas, name, branch, flavor):
 
 
 def gpu_summary(pci_devices):
-    """nvidia_gpu_facts pci_devices -> [{name, pci_id, pci_address, architecture, min_branch,
+    """nvidia_gpu_facts pci_devices -> [{name, pci_id, pci_address, architecture, min_branch, max_branch,
     open_required, open_supported, known}] (architecture facts from module_utils/gpu_arch)."""
     gpus = []
     for dev in pci_devices or []:
@@ -301,6 +301,7 @@ def gpu_summary(pci_devices):
             "pci_address": dev.get("pci_address"),
             "architecture": arch.get("architecture") or dev.get("architecture"),
             "min_branch": arch.get("min_driver_branch") or dev.get("min_driver_branch"),
+            "max_branch": arch.get("max_driver_branch"),
             "open_required": bool(arch.get("open_kernel_modules_required")
                                   or dev.get("open_kernel_modules_required")),
             "open_supported": arch.get("open_kernel_modules_supported", True) if arch else True,
@@ -317,6 +318,12 @@ def describe(gpu):
 def min_branch(gpus):
     needs = [g["min_branch"] for g in gpus if g.get("min_branch")]
     return max(needs) if needs else None
+
+
+def max_branch(gpus):
+    """The newest branch every GPU is still driven by (580 for Maxwell/Pascal/Volta), None when no GPU has a last."""
+    lasts = [g["max_branch"] for g in gpus if g.get("max_branch")]
+    return min(lasts) if lasts else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,9 +403,17 @@ def resolve_kernel_modules(requested, gpus):
 
 
 def check_branch(branch, gpus, source):
-    """Refuse a branch below a GPU's minimum (gpu_arch min_driver_branch)."""
+    """Refuse a branch below a GPU's minimum, or above the last branch that drives it (gpu_arch min/max_driver_branch)."""
     if branch is None:
         return
+    retired = [g for g in gpus if g.get("max_branch") and branch > g["max_branch"]]
+    if retired:
+        last = min(g["max_branch"] for g in retired)
+        raise DriverChoiceError(
+            "%s %s driven by branch %d at most (NVIDIA: the %d series is the last to support %s); branch %d (from %s) "
+            "would find no GPU there. Fix: set nvidia_driver_branch: %d (or auto, which stays at or below it)" % (
+                ", ".join(describe(g) for g in retired), "is" if len(retired) == 1 else "are", last, last,
+                "/".join(sorted(set(g["architecture"] or "these GPUs" for g in retired))), branch, source, last))
     low = [g for g in gpus if g.get("min_branch") and branch < g["min_branch"]]
     if low:
         need = max(g["min_branch"] for g in low)
@@ -452,7 +467,8 @@ def precheck(request, gpus):
     check_branch(branch, gpus, source)
     fabric, fabric_reason = fabric_manager_wanted(request)
     return {"kernel_modules": modules, "kernel_modules_reason": reason, "branch": branch,
-            "branch_source": source, "min_branch": min_branch(gpus), "fabric_manager": fabric,
+            "branch_source": source, "min_branch": min_branch(gpus), "max_branch": max_branch(gpus),
+            "fabric_manager": fabric,
             "fabric_manager_reason": fabric_reason}
 
 
@@ -592,8 +608,8 @@ def branch_from_ubuntu_drivers(text, request, modules, gpus):
         traits = package_traits(device.get("recommended"))
         if traits["branch"]:
             recommended.append(traits["branch"])
-    floor = min_branch(gpus) or 0
-    common = {b for b in (common or set()) if b >= floor}
+    floor, ceiling = min_branch(gpus) or 0, max_branch(gpus)
+    common = {b for b in (common or set()) if b >= floor and (not ceiling or b <= ceiling)}
     wanted = ubuntu_package(0, request["flavor"], modules).replace("-0", "-<branch>")
     if not common:
         raise DriverChoiceError("ubuntu-drivers devices offers no %s (branch >= %d) for %s; set nvidia_driver_branch"
@@ -625,7 +641,9 @@ def resolve_branch(request, pre, gpus, installed, query):
         # Debian's own nvidia-driver may be readable already; NVIDIA's repository, the one that counts, is not.
         return floor, ("newest %s of NVIDIA's CUDA repository this run adds, at least branch %d for these GPUs "
                        "(check mode cannot read it yet)" % (main, floor))
-    versions = query.madison([main]).get(main, [])
+    ceiling = pre.get("max_branch")
+    versions = [v for v in query.madison([main]).get(main, [])
+                if not ceiling or (version_branch(v) or 0) <= ceiling]
     newest = _newest(versions)
     if (not newest or not version_branch(newest)) and request.get("sources_pending") and floor:
         return floor, ("newest %s of the apt sources this run adds, at least branch %d for these GPUs "
@@ -636,7 +654,8 @@ def resolve_branch(request, pre, gpus, installed, query):
                                     "NVIDIA's CUDA repository (nvidia_driver_cuda_repo_url) reachable?" % main)
         raise DriverChoiceError("nvidia_driver_branch is auto but no %s package is in the apt sources "
                                 "(enable non-free, or set nvidia_driver_repositories)" % main)
-    return version_branch(newest), "newest %s in the apt sources (%s)" % (main, newest)
+    return version_branch(newest), "newest %s in the apt sources (%s)%s" % (
+        main, newest, ", at most branch %d for these GPUs" % ceiling if ceiling else "")
 
 
 # ---------------------------------------------------------------------------------------------

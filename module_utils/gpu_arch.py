@@ -32,6 +32,9 @@ Sources (checked while writing this table):
   here), GB10 580 (DGX OS 7 ships R580). The domain notes say "Blackwell needs >= 570".
   NOTE: Google COS once required the 575 new-feature branch for RTX PRO 6000; that is a
   platform policy, not a driver limit, so the table keeps 570.
+- max_driver_branch: the last branch that drives the GPU (None: still supported). NVIDIA's Unix graphics
+  feature deprecation schedule: "The release 580 series will be the last to support GPUs based on the Maxwell,
+  Pascal, and Volta architectures" (590 release notes: removed); branch 470 was the last for Kepler.
 """
 import re
 
@@ -113,37 +116,37 @@ _ROWS = (
                         r"\bT[46]00\b", r"\bT1000\b")),
     # --- Volta (no GSP: open modules unsupported) ---
     dict(family="V100 / TITAN V", architecture="Volta",
-         compute_capability="7.0", min_driver_branch=384, open_kernel_modules_required=False,
+         compute_capability="7.0", min_driver_branch=384, max_driver_branch=580, open_kernel_modules_required=False,
          open_kernel_modules_supported=False,
          device_ids=("1db1", "1db4", "1db5", "1db6", "1db8"),
          name_patterns=(r"\bV100\b", r"TITAN V\b", r"Quadro GV100")),
     # --- Pascal ---
     dict(family="P100", architecture="Pascal",
-         compute_capability="6.0", min_driver_branch=367, open_kernel_modules_required=False,
+         compute_capability="6.0", min_driver_branch=367, max_driver_branch=580, open_kernel_modules_required=False,
          open_kernel_modules_supported=False,
          device_ids=("15f7", "15f8", "15f9"), name_patterns=(r"\bP100\b", r"Quadro GP100")),
     dict(family="P4 / P40 / GeForce GTX 10 series / Quadro P", architecture="Pascal",
-         compute_capability="6.1", min_driver_branch=367, open_kernel_modules_required=False,
+         compute_capability="6.1", min_driver_branch=367, max_driver_branch=580, open_kernel_modules_required=False,
          open_kernel_modules_supported=False,
          device_ids=("1bb3", "1b38", "1b06", "1b80", "1b81", "1b82"),
          name_patterns=(r"\bP4\b", r"\bP40\b", r"GRID P\d", r"GeForce GTX 10\d0", r"GTX 108",
                         r"Quadro P\d{3,4}", r"TITAN Xp?\b")),
     # --- Maxwell / Kepler (legacy; listed so old hosts are named, never served) ---
     dict(family="M60 / M40 / GeForce GTX 9 series", architecture="Maxwell",
-         compute_capability="5.2", min_driver_branch=352, open_kernel_modules_required=False,
+         compute_capability="5.2", min_driver_branch=352, max_driver_branch=580, open_kernel_modules_required=False,
          open_kernel_modules_supported=False,
          device_ids=("13f2", "17fd"), name_patterns=(r"\bM60\b", r"\bM40\b", r"GeForce GTX 9\d0")),
     dict(family="K80", architecture="Kepler",
-         compute_capability="3.7", min_driver_branch=340, open_kernel_modules_required=False,
+         compute_capability="3.7", min_driver_branch=340, max_driver_branch=470, open_kernel_modules_required=False,
          open_kernel_modules_supported=False,
          device_ids=("102d",), name_patterns=(r"\bK80\b",)),
     dict(family="GRID K520 / K10", architecture="Kepler",
-         compute_capability="3.0", min_driver_branch=340, open_kernel_modules_required=False,
+         compute_capability="3.0", min_driver_branch=340, max_driver_branch=470, open_kernel_modules_required=False,
          open_kernel_modules_supported=False,
          device_ids=("118a",), name_patterns=(r"GRID K520", r"\bK10\b")),
 )
 
-_PUBLIC_KEYS = ("family", "architecture", "compute_capability", "min_driver_branch",
+_PUBLIC_KEYS = ("family", "architecture", "compute_capability", "min_driver_branch", "max_driver_branch",
                 "open_kernel_modules_required", "open_kernel_modules_supported")
 
 

@@ -397,3 +397,37 @@ def test_kernel_modules_of_nvidias_unsuffixed_dkms_packages():
     assert kind("nvidia-dkms-open", "nvidia-driver-open") == "open"
     assert kind("nvidia-dkms", "nvidia-utils") == "proprietary"
     assert kind("nvidia-dkms-580-open") == "open" and kind("nvidia-dkms-580-server") == "proprietary"
+
+
+def _p100():
+    # the PCI id of corpus capture 023 (Tesla P100-PCIE-16GB, 0x15F8): Pascal, retired after branch 580
+    return dc.gpu_summary([{"pci_id": "10de:15f8", "product": "Tesla P100-PCIE-16GB", "pci_address": "0000:00:04.0"}])
+
+
+def test_auto_stays_at_the_last_branch_a_retired_gpu_runs():
+    # NVIDIA: "The release 580 series will be the last to support GPUs based on the Maxwell, Pascal, and Volta
+    # architectures" - the repository's newest (590) would find no GPU
+    url = "http://127.0.0.1:8000/cuda/repos/debian12/x86_64  Packages"
+    madison = "".join("%s | %s | %s\n" % (name, version, url)
+                      for name in ("nvidia-driver", "nvidia-kernel-dkms", "nvidia-kernel-open-dkms")
+                      for version in ("590.48.01-1", "590.44.01-1", "580.126.09-1"))
+    result = dc.plan(_request(), _p100(), _Query(madison))
+    assert result["branch"] == 580 and result["kernel_modules"] == "proprietary"
+    assert result["install"] == ["nvidia-driver=580.126.09-1", "nvidia-kernel-dkms=580.126.09-1",
+                                 "nvidia-driver-pinning-580"]
+    assert "at most branch 580" in result["branch_source"]
+    ubuntu = _ubuntu_repo_madison([("cuda-drivers", ["590.48.01-0ubuntu1", "580.126.09-1ubuntu1"]),
+                                   ("cuda-drivers-580", ["580.126.09-1ubuntu1"])])
+    result = dc.plan(_request(cuda_repo_family="ubuntu"), _p100(), _Query(ubuntu))
+    assert result["install"] == ["cuda-drivers-580=580.126.09-1ubuntu1", "nvidia-driver-pinning-580"]
+
+
+def test_a_branch_past_a_gpus_last_is_refused_before_any_change():
+    with pytest.raises(dc.DriverChoiceError) as err:
+        dc.precheck(_request(branch="590"), _p100())
+    message = str(err.value)
+    assert "Tesla P100-PCIE-16GB" in message and "branch 580 at most" in message and "Pascal" in message
+    assert "nvidia_driver_branch: 580" in message
+    assert dc.precheck(_request(branch="580"), _p100())["max_branch"] == 580
+    # GPUs still supported have no last branch
+    assert dc.precheck(_request(), _a100())["max_branch"] is None
