@@ -612,8 +612,9 @@ def branch_from_ubuntu_drivers(text, request, modules, gpus):
     common = {b for b in (common or set()) if b >= floor and (not ceiling or b <= ceiling)}
     wanted = ubuntu_package(0, request["flavor"], modules).replace("-0", "-<branch>")
     if not common:
-        raise DriverChoiceError("ubuntu-drivers devices offers no %s (branch >= %d) for %s; set nvidia_driver_branch"
-                                % (wanted, floor, ", ".join(describe(g) for g in gpus) or "this host's GPUs"))
+        raise DriverChoiceError("ubuntu-drivers devices offers no %s (branch >= %d%s) for %s; set nvidia_driver_branch"
+                                % (wanted, floor, ", <= %d" % ceiling if ceiling else "",
+                                   ", ".join(describe(g) for g in gpus) or "this host's GPUs"))
     if recommended and max(recommended) in common:
         return max(recommended), "ubuntu-drivers recommends branch %d" % max(recommended)
     return max(common), "newest %s ubuntu-drivers offers (its recommendation %s is not in this flavour)" % (
@@ -642,9 +643,14 @@ def resolve_branch(request, pre, gpus, installed, query):
         return floor, ("newest %s of NVIDIA's CUDA repository this run adds, at least branch %d for these GPUs "
                        "(check mode cannot read it yet)" % (main, floor))
     ceiling = pre.get("max_branch")
-    versions = [v for v in query.madison([main]).get(main, [])
-                if not ceiling or (version_branch(v) or 0) <= ceiling]
-    newest = _newest(versions)
+    offered = query.madison([main]).get(main, [])
+    newest = _newest([v for v in offered if not ceiling or (version_branch(v) or 0) <= ceiling])
+    if newest is None and offered and ceiling:
+        raise DriverChoiceError(
+            "nvidia_driver_branch is auto but the apt sources offer %s only past branch %d, the last that drives %s "
+            "(%s); add a source that has branch %d, or set nvidia_driver_branch" % (
+                main, ceiling, ", ".join(describe(g) for g in gpus if g.get("max_branch") == ceiling),
+                ", ".join(offered), ceiling))
     if (not newest or not version_branch(newest)) and request.get("sources_pending") and floor:
         return floor, ("newest %s of the apt sources this run adds, at least branch %d for these GPUs "
                        "(check mode cannot read those sources yet)" % (main, floor))

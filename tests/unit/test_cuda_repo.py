@@ -431,3 +431,13 @@ def test_a_branch_past_a_gpus_last_is_refused_before_any_change():
     assert dc.precheck(_request(branch="580"), _p100())["max_branch"] == 580
     # GPUs still supported have no last branch
     assert dc.precheck(_request(), _a100())["max_branch"] is None
+
+
+def test_sources_with_only_branches_past_a_gpus_last_are_named_so():
+    url = "http://127.0.0.1:8000/cuda/repos/debian12/x86_64  Packages"
+    madison = "".join("%s | %s | %s\n" % (name, "590.48.01-1", url)
+                      for name in ("nvidia-driver", "nvidia-kernel-dkms"))
+    with pytest.raises(dc.DriverChoiceError) as err:
+        dc.plan(_request(), _p100(), _Query(madison))
+    message = str(err.value)
+    assert "only past branch 580" in message and "Tesla P100-PCIE-16GB" in message and "590.48.01-1" in message
