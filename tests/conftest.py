@@ -8,8 +8,10 @@ for sub in ("module_utils", "library", "bin"):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-CORPUS = os.path.join(os.path.dirname(ROOT), "shared", "corpus")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+# The real captures other people made (the project's copy, byte for byte; sources in its MANIFEST.tsv).
+# Tests read nothing outside the repository: a user who clones it has only this.
+CORPUS = os.path.join(FIXTURES, "corpus")
 
 ANSIBLE = os.path.join(os.path.dirname(sys.executable), "ansible")
 

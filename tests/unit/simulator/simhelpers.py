@@ -8,10 +8,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 SIM = os.path.join(ROOT, "molecule", "simulator")
 if SIM not in sys.path:
     sys.path.insert(0, SIM)
-# real captures: the project's copies (tests/fixtures, file names kept), else the shared corpus
+# real captures: the project's copies (tests/fixtures, file names kept)
 CORPUS = os.path.join(ROOT, "tests", "fixtures", "nvidia_smi")
-if not os.path.isdir(CORPUS):
-    CORPUS = os.path.join(os.path.dirname(ROOT), "shared", "corpus", "nvidia_smi")
 HOST = os.path.join(ROOT, "tests", "fixtures", "host")
 BIN = os.path.join(SIM, "bin")
 
