@@ -14,7 +14,12 @@ description:
     daemon with C(--no-persistence-mode) and C(StopWhenUnneeded=true), so it runs with persistence mode off;
     for such a unit this module writes a drop-in that starts it without that flag and keeps it running.
     A unit that needs no fix gets no drop-in (and a drop-in of ours is removed).
-  - Reports whether the unit is static (no C([Install]) section: it cannot be enabled and needs a wants link).
+  - Reports whether the unit is static (it has no C([Install]) section, so it cannot be enabled and needs a
+    wants link).
+  - A masked unit (a link to C(/dev/null), or an empty file, in the first unit directory that has it) is the
+    operator's. The module reports it in RV(masked) and changes nothing, whatever O(state); the drop-in,
+    ours or not, is left as it is. The caller decides what a masked unit means (role nvidia_persistence
+    stops the run).
   - The caller reloads systemd and restarts the daemon when this reports a change.
 version_added: "1.0.0"
 author: gpuhost
@@ -76,10 +81,18 @@ static:
   description: The unit has no [Install] section (it cannot be enabled).
   returned: when found
   type: bool
+stop_when_unneeded:
+  description: Whether the packaged unit sets StopWhenUnneeded=true.
+  returned: when found
+  type: bool
 masked:
-  description: The unit is masked (a link to /dev/null).
+  description: The unit is masked (a link to /dev/null, or an empty file); nothing was changed.
   returned: always
   type: bool
+mask_path:
+  description: The file that masks the unit.
+  returned: when masked
+  type: str
 dropin_content:
   description: The drop-in wanted ('' when none is needed).
   returned: when found
@@ -98,6 +111,33 @@ except ImportError:
     from persistenced_unit import analyse
 
 
+def unit_file(unit, unit_dirs):
+    """(path, masked): the file systemd loads for the unit - the first of unit_dirs that has it - and whether it
+    masks the unit (systemd reads a link to /dev/null and an empty file as masked). (None, False) when none."""
+    for directory in unit_dirs:
+        path = os.path.join(directory, unit)
+        if os.path.lexists(path):
+            return path, os.path.realpath(path) == os.devnull or (os.path.isfile(path) and os.path.getsize(path) == 0)
+    return None, False
+
+
+def plan(unit, unit_dirs, state):
+    """(result, wanted): what the module reports and the drop-in it wants ('' for none), or None when the
+    drop-in must be left as it is: a masked unit is the operator's, and reading it as "needs no drop-in"
+    would delete ours."""
+    unit_path, masked = unit_file(unit, unit_dirs)
+    result = dict(changed=False, found=bool(unit_path) and not masked, masked=masked)
+    if masked:
+        result["mask_path"] = unit_path
+        return result, None
+    if not unit_path:
+        return result, ""
+    info = analyse(read_text(unit_path) or "")
+    result.update(unit_path=unit_path, exec_start=info["exec_start"], no_persistence_mode=info["no_persistence_mode"],
+                  static=info["static"], stop_when_unneeded=info["stop_when_unneeded"], dropin_content=info["dropin"])
+    return result, info["dropin"] if state == "present" else ""
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -112,17 +152,9 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    unit_path = next((os.path.join(d, p["unit"]) for d in p["unit_dirs"]
-                      if os.path.lexists(os.path.join(d, p["unit"]))), None)
-    masked = bool(unit_path) and os.path.realpath(unit_path) == "/dev/null"
-    result = dict(changed=False, found=bool(unit_path) and not masked, masked=masked)
-    wanted = ""
-    if result["found"]:
-        info = analyse(read_text(unit_path) or "")
-        result.update(unit_path=unit_path, exec_start=info["exec_start"],
-                      no_persistence_mode=info["no_persistence_mode"], static=info["static"],
-                      stop_when_unneeded=info["stop_when_unneeded"], dropin_content=info["dropin"])
-        wanted = info["dropin"] if p["state"] == "present" else ""
+    result, wanted = plan(p["unit"], p["unit_dirs"], p["state"])
+    if wanted is None:  # masked: nothing of ours is written or removed
+        module.exit_json(**result)
     current = read_text(p["dropin"])
     if (current or "") != wanted:
         result["changed"] = True
