@@ -214,32 +214,90 @@ plan:
   returned: when O(host_instances) is not given
   type: dict
   contains:
-    verdict: {description: ok, warn or refuse., type: str, sample: warn}
-    reasons: {description: "List of {code, message}; codes free_memory_below_budget, kv_share_not_positive, concurrency_below_1, concurrency_near_1, concurrency_below_4, instances_overflow.", type: list}
-    budget_mib: {description: round(cuda_total_mib x gpu_memory_utilization)., type: int, sample: 9040}
-    budget_gib: {description: Budget in GiB., type: float}
-    gpu_memory_mib: {description: nvidia-smi's Total., type: int}
-    gpu_reserved_mib: {description: The driver's reservation used., type: int}
-    gpu_reserved_source: {description: "facts, catalogue <card> (driver ...), or default.", type: str}
-    cuda_total_mib: {description: Total minus reserved - what the utilisation applies to., type: int}
-    gpu_memory_utilization: {description: As given (or that version's default)., type: float}
-    held_mib: {description: As given., type: int}
-    free_mib: {description: cuda_total_mib - held_mib., type: int}
-    tensor_parallel_size: {description: As given., type: int}
-    weights_gib: {description: Weights per GPU., type: float}
-    weights_source: {description: safetensors_headers, index_total_size, given or measured on this host., type: str}
-    activation_gib: {description: Activation peak of the profiling run per GPU., type: float}
-    non_torch_gib: {description: Non-torch memory per GPU., type: float}
-    cuda_graph_gib: {description: CUDA-graph memory subtracted before the KV cache (0.20+)., type: float}
-    estimates: {description: "Per figure: model, given, measured on this host, or rough (no config.json).", type: dict}
-    overhead_parts: {description: "The model's parts: forward_gib, sampler_gib, sampler_path, encoder_gib, cuda_graphs.", type: dict}
-    engine: {description: "vllm_version, version_source, rules (the generation used), max_num_batched_tokens, max_num_seqs.", type: dict}
-    kv_cache_gib: {description: KV share per GPU (negative when nothing is left)., type: float}
-    kv_bytes_per_token: {description: KV bytes per token per GPU., type: int}
-    kv_cache_tokens: {description: KV tokens as that vLLM logs them., type: int}
-    max_concurrency: {description: Full-length requests the KV cache holds at once., type: float}
-    band: {description: "share, gib, source, kv_cache_tokens [low, high], max_concurrency [low, high].", type: dict}
-    instances: {description: "Per GPU: {gpu_index, names, sum_utilization, required_mib, held_mib, total_mib, fits}.", type: list}
+    verdict:
+      description: "ok, warn or refuse."
+      type: str
+      sample: warn
+    reasons:
+      description: "List of {code, message}; codes free_memory_below_budget, kv_share_not_positive,
+        concurrency_below_1, concurrency_near_1, concurrency_below_4, instances_overflow."
+      type: list
+      elements: dict
+    budget_mib:
+      description: "round(cuda_total_mib x gpu_memory_utilization)."
+      type: int
+      sample: 9040
+    budget_gib:
+      description: "Budget in GiB."
+      type: float
+    gpu_memory_mib:
+      description: "nvidia-smi's Total."
+      type: int
+    gpu_reserved_mib:
+      description: "The driver's reservation used."
+      type: int
+    gpu_reserved_source:
+      description: "facts, catalogue <card> (driver ...), or default."
+      type: str
+    cuda_total_mib:
+      description: "Total minus reserved - what the utilisation applies to."
+      type: int
+    gpu_memory_utilization:
+      description: "As given (or that version's default)."
+      type: float
+    held_mib:
+      description: "As given."
+      type: int
+    free_mib:
+      description: "cuda_total_mib - held_mib."
+      type: int
+    tensor_parallel_size:
+      description: "As given."
+      type: int
+    weights_gib:
+      description: "Weights per GPU."
+      type: float
+    weights_source:
+      description: "safetensors_headers, index_total_size, given or measured on this host."
+      type: str
+    activation_gib:
+      description: "Activation peak of the profiling run per GPU."
+      type: float
+    non_torch_gib:
+      description: "Non-torch memory per GPU."
+      type: float
+    cuda_graph_gib:
+      description: "CUDA-graph memory subtracted before the KV cache (0.20+)."
+      type: float
+    estimates:
+      description: "Per figure: model, given, measured on this host, or rough (no config.json)."
+      type: dict
+    overhead_parts:
+      description: "The model's parts: forward_gib, sampler_gib, sampler_path, encoder_gib, cuda_graphs."
+      type: dict
+    engine:
+      description: "vllm_version, version_source, rules (the generation used), max_num_batched_tokens,
+        max_num_seqs."
+      type: dict
+    kv_cache_gib:
+      description: "KV share per GPU (negative when nothing is left)."
+      type: float
+    kv_bytes_per_token:
+      description: "KV bytes per token per GPU."
+      type: int
+    kv_cache_tokens:
+      description: "KV tokens as that vLLM logs them."
+      type: int
+    max_concurrency:
+      description: "Full-length requests the KV cache holds at once."
+      type: float
+    band:
+      description: "share, gib, source, kv_cache_tokens [low, high], max_concurrency [low, high]."
+      type: dict
+    instances:
+      description: "Per GPU: {gpu_index, names, sum_utilization, required_mib, held_mib, total_mib, fits}."
+      type: list
+      elements: dict
     remedies:
       description: >-
         Best first; each {name, description, change, weights_gib, kv_cache_gib, kv_bytes_per_token,
@@ -248,6 +306,7 @@ plan:
         quantize_weights_int4, kv_cache_fp8, tensor_parallel, lower_max_model_len,
         raise_gpu_memory_utilization, lower_gpu_memory_utilization. Empty when the verdict is ok.
       type: list
+      elements: dict
 plans:
   description: The plan of every instance, by name (host call).
   returned: when O(host_instances) is given

@@ -71,28 +71,69 @@ report:
   returned: success
   type: dict
   contains:
-    started: {description: The start completed (API server up; or an embedded/offline engine initialised)., type: bool}
-    engine_ready: {description: The engine finished initialising (profile, KV cache, warm-up)., type: bool}
-    mode: {description: server (vLLM's API server), embedded (engine without vLLM's server) or unknown., type: str}
-    last_stage: {description: Last stage reached, or null before the engine started., type: str}
-    stages: {description: Stages reached, in order., type: list, elements: str}
+    started:
+      description: "The start completed (API server up; or an embedded/offline engine initialised)."
+      type: bool
+    engine_ready:
+      description: "The engine finished initialising (profile, KV cache, warm-up)."
+      type: bool
+    mode:
+      description: "server (vLLM's API server), embedded (engine without vLLM's server) or unknown."
+      type: str
+    last_stage:
+      description: "Last stage reached, or null before the engine started."
+      type: str
+    stages:
+      description: "Stages reached, in order."
+      type: list
+      elements: str
     failure:
       description: "For a start that did not complete: {kind, stage, line, message, inferred}; null otherwise."
       type: dict
-    kv_cache_tokens: {description: KV cache tokens (blocks x block size for old versions; minimum over ranks)., type: int}
-    kv_cache_gib: {description: KV cache memory in GiB (minimum over ranks)., type: float}
-    max_concurrency: {description: Logged maximum concurrency (minimum over ranks)., type: float}
-    max_model_len: {description: The max_model_len of the concurrency line (else of the config)., type: int}
-    weights_gib: {description: Weights per GPU (maximum over ranks)., type: float}
-    gpu_memory_utilization: {description: As printed in the arguments or profiling lines; null when default., type: float}
-    graph_capture_s: {description: CUDA graph capture seconds (maximum over ranks)., type: float}
-    init_engine_s: {description: Seconds of 'init engine (profile, create kv cache, warmup model)'., type: float}
-    enforce_eager: {description: The config shows enforce_eager=True (no graph capture expected)., type: bool}
-    api_url: {description: URL the API server said it listens on., type: str}
-    vllm_version: {description: vLLM version, or null when the log does not print it., type: str}
-    warnings: {description: "Kinds: concurrency_below_1, kernel_fallback, error_after_start, worker_hang_suspected.", type: list, elements: str}
-    warning_details: {description: "Each {kind, line, message}.", type: list, elements: dict}
-    runs: {description: Number of starts found in the log., type: int}
+    kv_cache_tokens:
+      description: "KV cache tokens (blocks x block size for old versions; minimum over ranks)."
+      type: int
+    kv_cache_gib:
+      description: "KV cache memory in GiB (minimum over ranks)."
+      type: float
+    max_concurrency:
+      description: "Logged maximum concurrency (minimum over ranks)."
+      type: float
+    max_model_len:
+      description: "The max_model_len of the concurrency line (else of the config)."
+      type: int
+    weights_gib:
+      description: "Weights per GPU (maximum over ranks)."
+      type: float
+    gpu_memory_utilization:
+      description: "As printed in the arguments or profiling lines; null when default."
+      type: float
+    graph_capture_s:
+      description: "CUDA graph capture seconds (maximum over ranks)."
+      type: float
+    init_engine_s:
+      description: "Seconds of 'init engine (profile, create kv cache, warmup model)'."
+      type: float
+    enforce_eager:
+      description: "The config shows enforce_eager=True (no graph capture expected)."
+      type: bool
+    api_url:
+      description: "URL the API server said it listens on."
+      type: str
+    vllm_version:
+      description: "vLLM version, or null when the log does not print it."
+      type: str
+    warnings:
+      description: "Kinds: concurrency_below_1, kernel_fallback, error_after_start, worker_hang_suspected."
+      type: list
+      elements: str
+    warning_details:
+      description: "Each {kind, line, message}."
+      type: list
+      elements: dict
+    runs:
+      description: "Number of starts found in the log."
+      type: int
 """
 
 import shlex

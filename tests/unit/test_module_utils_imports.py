@@ -14,8 +14,9 @@ import pytest
 from conftest import ROOT
 
 MODULE_UTILS = os.path.join(ROOT, "module_utils")
-UTILS = sorted(glob.glob(os.path.join(MODULE_UTILS, "*.py")))
-MODULES = sorted(glob.glob(os.path.join(ROOT, "library", "*.py")) + glob.glob(os.path.join(ROOT, "roles", "*", "library", "*.py")))
+UTILS = sorted(glob.glob(os.path.join(MODULE_UTILS, "**", "*.py"), recursive=True))
+MODULES = sorted(glob.glob(os.path.join(ROOT, "library", "*.py"))
+                 + glob.glob(os.path.join(ROOT, "roles", "*", "library", "*.py")))
 
 # Runs in a fresh interpreter: sys.path there has no module_utils/ (so a broken `try:` branch cannot fall
 # back to the plain import, as on a host), and the ansible.module_utils copies never meet this session's
@@ -33,7 +34,10 @@ def attempt(key, load):
         out[key] = "%s: %s" % (type(exc).__name__, exc)
 def util(name):
     module = importlib.import_module("ansible.module_utils." + name)
-    return None if os.path.dirname(module.__file__) == utils_dir else "imported " + module.__file__
+    wanted = os.path.join(utils_dir, *name.split("."))
+    if module.__file__ in (wanted + ".py", os.path.join(wanted, "__init__.py")):
+        return None
+    return "imported " + module.__file__
 def library(path):
     spec = importlib.util.spec_from_file_location("gpuhost_module_" + os.path.basename(path)[:-3], path)
     spec.loader.exec_module(importlib.util.module_from_spec(spec))
@@ -45,18 +49,24 @@ print(json.dumps(out))
 """
 
 
+def _dotted(path):
+    """layers/base.py -> layers.base, layers/__init__.py -> layers."""
+    parts = os.path.splitext(os.path.relpath(path, MODULE_UTILS))[0].split(os.sep)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 @pytest.fixture(scope="module")
 def imported():
-    names = " ".join(os.path.splitext(os.path.basename(p))[0] for p in UTILS)
+    names = " ".join(_dotted(p) for p in UTILS)
     proc = subprocess.run([sys.executable, "-I", "-c", _IMPORT_ALL, MODULE_UTILS, names] + MODULES,
                           capture_output=True, text=True, timeout=300, cwd="/")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-@pytest.mark.parametrize("path", UTILS, ids=[os.path.basename(p) for p in UTILS])
+@pytest.mark.parametrize("path", UTILS, ids=[os.path.relpath(p, MODULE_UTILS) for p in UTILS])
 def test_module_utils_import_as_ansible_imports_them(imported, path):
-    assert imported[os.path.splitext(os.path.basename(path))[0]] is None
+    assert imported[_dotted(path)] is None
 
 
 @pytest.mark.parametrize("path", MODULES, ids=[os.path.relpath(p, ROOT) for p in MODULES])
@@ -110,5 +120,3 @@ def test_the_name_check_sees_a_name_only_the_fallback_imports():
               "except ImportError:  # plain import\n    from vllm_plan import OUTSIDE_BUDGET_MIB, PlanError\n"
               "try:\n    import tomllib\nexcept ImportError:\n    tomllib = None\n")
     assert import_fallbacks(source) == [(1, [], ["OUTSIDE_BUDGET_MIB"]), (5, [], [])]
-    # The files checked above do have such pairs (the check is not vacuous).
-    assert import_fallbacks(_read(os.path.join(MODULE_UTILS, "k8s_plan.py")))
