@@ -41,16 +41,28 @@ options:
       - The driver version (C(ansible_facts.nvidia.driver_version_userspace)), for C(driver) terms.
         Without it those terms are assumed to hold, as the toolkit does without a driver.
     type: str
+  gpus:
+    description:
+      - The GPUs the container gets, as nvidia_gpu_facts lists them (C(ansible_facts.nvidia.gpus), or the
+        entries of the container's GPUs). Their C(product_brand) gives I(gpu_brands) and their
+        C(datacenter) gives I(datacenter) (false when any GPU is not a datacenter part, true when all are),
+        where those options are not given.
+      - An image that runs only through CUDA forward compatibility is then refused on a GeForce or TITAN
+        GPU (forward compatibility works only on datacenter GPUs; CUDA fails with error 804) and passes
+        with a warning on a datacenter GPU.
+    type: list
+    elements: dict
   gpu_brands:
     description:
       - nvidia-smi's "Product Brand" of each GPU the container gets (C(GeForce), C(NVIDIA), C(Tesla),
-        ...), for C(brand) terms. Without it they are assumed to hold, as the toolkit does without a GPU.
+        ...), for C(brand) terms. Without it (and without I(gpus)) they are assumed to hold, as the
+        toolkit does without a GPU.
     type: list
     elements: str
   datacenter:
     description:
-      - Whether the GPUs are datacenter parts, on which CUDA forward compatibility works. Null is unknown;
-        GeForce and TITAN brands count as false.
+      - Whether the GPUs are datacenter parts, on which CUDA forward compatibility works. Null is unknown
+        (then taken from I(gpus)); GeForce and TITAN brands count as false.
     type: bool
   image:
     description: The image's name, used in messages.
@@ -67,11 +79,12 @@ EXAMPLES = r"""
   register: vllm_image_inspect
   changed_when: false
 
-- name: The host driver runs the image's CUDA
+- name: The host driver runs the image's CUDA on the host's GPUs
   cuda_image_check:
     env: "{{ (vllm_image_inspect.stdout | from_json)[0].Config.Env }}"
     driver_cuda_version: "{{ ansible_facts.nvidia.cuda_driver_version }}"
     driver_version: "{{ ansible_facts.nvidia.driver_version_userspace }}"
+    gpus: "{{ ansible_facts.nvidia.gpus }}"
     image: "{{ item.image }}"
 """
 
@@ -105,6 +118,15 @@ satisfied_by:
   returned: always
   type: list
   elements: str
+gpu_brands:
+  description: The GPU brands the requirement was evaluated for (given, or from I(gpus)); null when unknown.
+  returned: always
+  type: list
+  elements: str
+datacenter:
+  description: Whether the GPUs are datacenter parts (given, or from I(gpus)); null when unknown.
+  returned: always
+  type: bool
 assumed:
   description: Terms that held only because their fact (GPU brand, driver version) was not given.
   returned: always
@@ -122,7 +144,7 @@ fixes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cuda_requirement import CudaRequirementError, check
+from ansible.module_utils.cuda_requirement import CudaRequirementError, check, gpu_classes
 
 
 def main():
@@ -131,6 +153,7 @@ def main():
             env=dict(type="raw", required=True),
             driver_cuda_version=dict(type="str"),
             driver_version=dict(type="str"),
+            gpus=dict(type="list", elements="dict"),
             gpu_brands=dict(type="list", elements="str"),
             datacenter=dict(type="bool"),
             image=dict(type="str", default="image"),
@@ -142,8 +165,13 @@ def main():
         module.fail_json(msg="image layer: env must be the image's Config.Env list (NAME=value) or a dict, "
                              "not %s" % type(p["env"]).__name__)
     try:
+        brands, datacenter = gpu_classes(p["gpus"])
+        if p["gpu_brands"] is not None:
+            brands = p["gpu_brands"]
+        if p["datacenter"] is not None:
+            datacenter = p["datacenter"]
         result = check(p["env"], p["driver_cuda_version"], driver_version=p["driver_version"],
-                       gpu_brands=p["gpu_brands"], datacenter=p["datacenter"], image=p["image"])
+                       gpu_brands=brands, datacenter=datacenter, image=p["image"])
     except CudaRequirementError as exc:
         module.fail_json(msg="image layer: %s: %s" % (p["image"], exc))
     if result["verdict"] == "refused":

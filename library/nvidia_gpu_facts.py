@@ -111,7 +111,10 @@ ansible_facts:
           sample: 1
         gpus:
           description:
-            - One entry per GPU with C(index), C(name), C(uuid), C(pci_bus_id), C(pci_address),
+            - One entry per GPU with C(index), C(name), C(product_brand) (nvidia-smi's "Product Brand", e.g.
+              C(GeForce), C(NVIDIA), C(Tesla); null in the CSV form), C(datacenter) (true for a datacenter part,
+              false for a GeForce or TITAN card, null when not known, e.g. a workstation card; CUDA forward
+              compatibility works only on datacenter GPUs), C(uuid), C(pci_bus_id), C(pci_address),
               C(pci_device_id) (C(0x2bb4)), C(pci_vendor_id), C(pci_id) (C(10de:2bb4)), C(minor_number),
               C(architecture), C(compute_capability), C(min_driver_branch),
               C(open_kernel_modules_required), C(memory_total_mib), C(memory_used_mib), C(memory_free_mib),

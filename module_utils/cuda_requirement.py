@@ -39,8 +39,10 @@ import re
 
 try:
     from ansible.module_utils.driver_choice import compare_versions, version_branch
+    from ansible.module_utils.gpu_arch import CONSUMER_BRANDS, datacenter_class
 except ImportError:
     from driver_choice import compare_versions, version_branch
+    from gpu_arch import CONSUMER_BRANDS, datacenter_class
 
 
 class CudaRequirementError(ValueError):
@@ -92,10 +94,10 @@ _BRAND_TOKENS = {
     "nvidia virtual compute server": "vcs", "nvidia rtx virtual workstation": "vws",
     "nvidia cloud gaming": "cloudgaming", "nvidia vgaming": "cloudgaming",
 }
-# Brands that are never datacenter parts: NVIDIA's forward compatibility is "applicable only for
-# systems with NVIDIA Data Center GPUs, select NGC Server Ready SKUs of RTX cards, Jetson boards"
-# (CUDA Compatibility guide, Forward Compatibility); on others CUDA fails with error 804.
-_CONSUMER_BRANDS = ("geforce", "geforcertx", "titan", "titanrtx")
+# Brands that are never datacenter parts (gpu_arch.CONSUMER_BRANDS): NVIDIA's forward compatibility is
+# "applicable only for systems with NVIDIA Data Center GPUs, select NGC Server Ready SKUs of RTX cards, Jetson
+# boards" (CUDA Compatibility guide, Forward Compatibility); on others CUDA fails with error 804.
+_CONSUMER_BRANDS = CONSUMER_BRANDS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,6 +290,36 @@ def forward_compat_gpu(datacenter=None, gpu_brands=None):
     return True if datacenter else None
 
 
+def gpu_classes(gpus):
+    """(gpu_brands, datacenter) of the GPUs a container gets, from nvidia_gpu_facts' GPU entries.
+
+    gpu_brands: each GPU's product_brand (nvidia-smi "Product Brand"), once, in order; None when no GPU names
+    one (the CSV form of the facts has none). datacenter: False when any GPU is not a datacenter part (the
+    toolkit checks every GPU of the container, and forward compatibility fails on any that cannot use it),
+    True when every GPU is one, None otherwise (unknown, or no GPU). A GPU's class is its facts' datacenter,
+    else gpu_arch.datacenter_class of its PCI device id, name and brand.
+    """
+    brands, classes = [], []
+    for gpu in gpus or []:
+        if not isinstance(gpu, dict):
+            raise CudaRequirementError("gpus: each entry must be a GPU of ansible_facts.nvidia.gpus (a dict), "
+                                       "not %r" % (gpu,))
+        brand = gpu.get("product_brand")
+        if brand and brand not in brands:
+            brands.append(brand)
+        if "datacenter" in gpu:
+            classes.append(gpu["datacenter"])
+        else:
+            classes.append(datacenter_class(gpu.get("pci_device_id"), gpu.get("name"), brand))
+    if any(value is False for value in classes):
+        datacenter = False
+    elif classes and all(value is True for value in classes):
+        datacenter = True
+    else:
+        datacenter = None
+    return brands or None, datacenter
+
+
 # ---------------------------------------------------------------------------------------------
 # The verdict
 
@@ -300,7 +332,8 @@ def check(env, driver_cuda, driver_version=None, gpu_brands=None, datacenter=Non
     GPUs the container gets (brand= terms; None: assumed to hold, as the toolkit does without a GPU).
     datacenter: True/False/None, whether the GPUs are datacenter parts (forward compatibility).
     Returns a dict: verdict (VERDICTS), image_cuda, driver_cuda, driver_version, requirements,
-    satisfied_by, assumed, failed_requirement, toolkit_error, message, fixes. Raises CudaRequirementError.
+    satisfied_by, assumed, failed_requirement, toolkit_error, message, fixes, gpu_brands, datacenter.
+    Raises CudaRequirementError. (gpu_classes turns nvidia_gpu_facts' GPU entries into gpu_brands/datacenter.)
     """
     env = env_map(env)
     strings = requirement_strings(env)
@@ -318,7 +351,8 @@ def check(env, driver_cuda, driver_version=None, gpu_brands=None, datacenter=Non
     result = {"verdict": None, "image": image, "image_cuda": wanted, "driver_cuda": driver_cuda,
               "driver_version": driver_version, "requirements": [text for _, text, _ in parsed],
               "satisfied_by": [], "assumed": [], "failed_requirement": None, "toolkit_error": None,
-              "message": "", "fixes": []}
+              "message": "", "fixes": [], "gpu_brands": list(gpu_brands) if gpu_brands else None,
+              "datacenter": datacenter}
     native = wanted is None or (driver_cuda is not None and version_cmp(driver_cuda, wanted) >= 0)
     if disabled(env):
         return _finish(result, "skipped", _skipped_message(result, native))
@@ -334,14 +368,18 @@ def check(env, driver_cuda, driver_version=None, gpu_brands=None, datacenter=Non
         result["failed_requirement"] = {"variable": var, "requirement": text, "brand": (device or {}).get("brand")}
         result["toolkit_error"] = toolkit_error(text)
         result["fixes"] = _fixes(result, alternatives, gpu_brands, datacenter)
-        return _finish(result, "refused", _refused_message(result))
+        message = _refused_message(result)
+        if forward_compat_branches(alternatives) and forward_compat_gpu(datacenter, gpu_brands) is False \
+                and not native:
+            message += ". " + _datacenter_only(alternatives, gpu_brands)
+        return _finish(result, "refused", message)
     if native:
         return _finish(result, "ok", "%s needs CUDA %s; %s" % (image, wanted, _driver_text(result)))
     # Admitted through a brand/driver alternative: CUDA runs only through the image's cuda-compat.
     alternatives = _cuda_alternatives(parsed)
     result["fixes"] = _fixes(result, alternatives, gpu_brands, datacenter)
     if forward_compat_gpu(datacenter, gpu_brands) is False:
-        return _finish(result, "refused", _no_forward_compat_message(result))
+        return _finish(result, "refused", _no_forward_compat_message(result, alternatives, gpu_brands))
     return _finish(result, "forward_compat", _forward_compat_message(result, datacenter))
 
 
@@ -411,11 +449,21 @@ def _forward_compat_message(result, datacenter):
                                          result["satisfied_by"][0], gpu))
 
 
-def _no_forward_compat_message(result):
-    return ("image layer: %s needs CUDA %s but %s. The toolkit admits it through \"%s\" (forward "
-            "compatibility), which does not work on this GPU (not a datacenter part): CUDA fails with error "
-            "804 \"forward compatibility was attempted on non supported HW\""
-            % (result["image"], result["image_cuda"], _driver_text(result), result["satisfied_by"][0]))
+def _no_forward_compat_message(result, alternatives, gpu_brands):
+    return ("image layer: %s needs CUDA %s but %s. The toolkit admits it through \"%s\", but %s: CUDA fails "
+            "with error 804 \"forward compatibility was attempted on non supported HW\""
+            % (result["image"], result["image_cuda"], _driver_text(result), result["satisfied_by"][0],
+               _datacenter_only(alternatives, gpu_brands)))
+
+
+def _datacenter_only(alternatives, gpu_brands):
+    """Why the image's brand/driver alternatives cannot help here."""
+    branches = ", ".join(str(b) for b in forward_compat_branches(alternatives))
+    consumer = [b for b in gpu_brands or [] if brand_token(b) in _CONSUMER_BRANDS]
+    gpu = "a %s GPU" % "/".join(consumer) if consumer else "a GPU that is not a datacenter part"
+    return ("CUDA forward compatibility (the image's brand/driver alternatives, driver branches %s, run through "
+            "its cuda-compat libraries) works only on datacenter GPUs (NVIDIA's CUDA Compatibility guide), and "
+            "this is %s" % (branches, gpu))
 
 
 def _skipped_message(result, native):
@@ -446,7 +494,8 @@ def _fixes(result, alternatives, gpu_brands, datacenter):
             fixes.append("driver: CUDA %s is newer than the driver table (%s): install the driver NVIDIA "
                          "lists for it" % (wanted, CUDA_TABLE_SOURCE))
     if have:
-        fixes.append("image: use a build of the image for CUDA %s or older (the CUDA this driver supports)" % have)
+        fixes.append("image: use an older tag of the image, one built for CUDA %s or older (the CUDA this driver "
+                     "supports)" % have)
     # The vLLM image puts cuda-compat in the loader's path itself: vllm-project/vllm docker/Dockerfile
     # (commit 0000977e) runs `ldconfig /usr/local/cuda-<major.minor>/compat/` in its final stage.
     branches = forward_compat_branches(alternatives)

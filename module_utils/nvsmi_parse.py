@@ -14,10 +14,10 @@ import xml.etree.ElementTree as ET
 
 try:
     from ansible.module_utils import error_catalogue as catalogue
-    from ansible.module_utils.gpu_arch import lookup as arch_lookup, normalise_device_id
+    from ansible.module_utils.gpu_arch import datacenter_class, lookup as arch_lookup, normalise_device_id
 except ImportError:
     import error_catalogue as catalogue
-    from gpu_arch import lookup as arch_lookup, normalise_device_id
+    from gpu_arch import datacenter_class, lookup as arch_lookup, normalise_device_id
 
 
 class ParseError(ValueError):
@@ -237,7 +237,8 @@ def pci_address(bus_id):
 def _new_gpu(index):
     """Every GPU dict has every key, so consumers never need .get()."""
     return {
-        "index": index, "name": None, "uuid": None, "pci_bus_id": None, "pci_address": None,
+        "index": index, "name": None, "product_brand": None, "datacenter": None, "uuid": None,
+        "pci_bus_id": None, "pci_address": None,
         "pci_device_id": None, "pci_vendor_id": None, "pci_id": None, "minor_number": None,
         "architecture": None, "compute_capability": None, "min_driver_branch": None,
         "open_kernel_modules_required": None,
@@ -311,6 +312,7 @@ def _xml_reasons(gpu_node):
 def _xml_gpu(node, index, warnings):
     gpu = _new_gpu(index)
     gpu["name"] = _xtext(node, "product_name")
+    gpu["product_brand"] = _xtext(node, "product_brand")
     gpu["uuid"] = _xtext(node, "uuid")
     gpu["pci_bus_id"] = _xtext(node, "pci/pci_bus_id") or _value(node.get("id"))
     raw_dev = _xtext(node, "pci/pci_device_id")
@@ -508,6 +510,7 @@ def _q_reasons(section):
 def _q_gpu(section, index, bus_id):
     gpu = _new_gpu(index)
     gpu["name"] = _value(section.get("Product Name"))
+    gpu["product_brand"] = _value(section.get("Product Brand"))
     gpu["uuid"] = _value(section.get("GPU UUID"))
     gpu["pci_bus_id"] = _value(section.get("PCI", "Bus Id")) or bus_id
     gpu["pci_device_id"], gpu["pci_vendor_id"] = pci_ids(section.get("PCI", "Device Id"))
@@ -1260,6 +1263,8 @@ def normalise(raw):
             gpu["compute_capability"] = gpu["compute_capability"] or arch["compute_capability"]
             gpu["min_driver_branch"] = arch["min_driver_branch"]
             gpu["open_kernel_modules_required"] = arch["open_kernel_modules_required"]
+        # CUDA forward compatibility works only on datacenter parts (gpu_arch.datacenter_class).
+        gpu["datacenter"] = datacenter_class(gpu["pci_device_id"], gpu["name"], gpu.get("product_brand"))
     for gpu in result["gpus"]:
         if gpu["driver_model"] == "WDDM":
             result["warnings"].append(

@@ -1,7 +1,7 @@
 """The architecture table: ids and names from NVIDIA's compute capability page and pci.ids."""
 import pytest
 
-from gpu_arch import lookup, normalise_device_id
+from gpu_arch import datacenter_class, lookup, normalise_device_id
 
 
 @pytest.mark.parametrize("device_id, family, arch, cc, branch, open_required", [
@@ -93,3 +93,39 @@ def test_lookup_returns_a_fresh_dict():
     first = lookup("0x2330")
     first["compute_capability"] = "0.0"
     assert lookup("0x2330")["compute_capability"] == "9.0"
+
+
+# Datacenter class (CUDA forward compatibility runs only on datacenter GPUs): NVIDIA's compute capability pages
+# list each GPU under "Data Center" or "Workstation/Consumer"; nvidia-smi's Product Brand as the captures print it.
+@pytest.mark.parametrize("device_id, name, brand, datacenter", [
+    ("268410DE", "NVIDIA GeForce RTX 4090", "GeForce", False),            # nvidia_smi/022
+    (None, "NVIDIA GeForce RTX 2080 SUPER", "GeForce", False),            # nvidia_smi/016
+    (None, "GeForce GTX 1070 Ti", None, False),                           # nvidia_smi/044: no brand element
+    (None, "NVIDIA GeForce RTX 5090", None, False),
+    (None, "NVIDIA TITAN V", None, False),                                # Volta row, consumer name
+    (None, "NVIDIA TITAN RTX", "Titan", False),
+    ("20B210DE", "NVIDIA A100-SXM4-80GB", "NVIDIA", True),                # nvidia_smi/039
+    ("000000DE", "NVIDIA A10G", "NVIDIA", True),                          # nvidia_smi/041: masked id, by name
+    ("233010DE", "NVIDIA H100 80GB HBM3", "NVIDIA", True),
+    (None, "NVIDIA L40S", None, True),
+    (None, "NVIDIA GB10", None, True),                                    # "Data Center" column, 12.1
+    ("15F810DE", "Tesla P100-PCIE-16GB", "Tesla", True),                  # nvidia_smi/023
+    (None, "Tesla V100-SXM2-16GB", None, True),
+    (None, "GRID P4-1Q", "NVIDIA RTX Virtual Workstation", True),         # nvidia_smi/045: a vGPU of a P4
+    ("0x2bb5", "NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA RTX", True),
+    ("2BB410DE", "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "NVIDIA RTX", None),  # 043
+    (None, "NVIDIA RTX 6000 Ada Generation", "NVIDIA RTX", None),
+    (None, "NVIDIA RTX A6000", "NVIDIA RTX", None),
+    (None, "Quadro RTX 6000", "Quadro", None),
+    (None, "Quadro GV100", None, None),                                   # Volta row, workstation name
+    (None, "Quadro GP100", None, None),                                   # P100 row, workstation name
+    (None, "Radeon RX 7900", None, None),
+    (None, None, None, None),
+])
+def test_datacenter_class(device_id, name, brand, datacenter):
+    assert datacenter_class(device_id, name, brand) is datacenter
+
+
+def test_lookup_reports_the_datacenter_flag():
+    assert lookup("0x2330")["datacenter"] is True
+    assert lookup("0x2684")["datacenter"] is None      # the RTX Ada / GeForce RTX 40 row mixes both
