@@ -9,7 +9,10 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "module_utils"))
+sys.path.insert(0, os.path.join(ROOT, "bin"))
+from gpuhost_cli.module_utils_path import install  # noqa: E402
+
+install(os.path.join(ROOT, "module_utils"))
 
 import vllm_log  # noqa: E402
 

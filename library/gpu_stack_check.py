@@ -52,6 +52,14 @@ options:
     elements: str
     choices: [hardware, driver, fabric, persistence, docker, toolkit, runtime_config, cdi, container, health]
     default: [hardware, driver, fabric, persistence, docker, toolkit, runtime_config, cdi, container]
+  not_required:
+    description:
+      - Layers taken out of O(required_layers), for a play that does not manage them (C(gpu_validate) passes
+        C(persistence) where the play does not run the C(nvidia_persistence) role).
+    type: list
+    elements: str
+    choices: [hardware, driver, fabric, persistence, docker, toolkit, runtime_config, cdi, container, health]
+    default: []
   fail_on_required:
     description: Fail the task (with the whole diagnosis in the result) when a required layer fails.
     type: bool
@@ -289,21 +297,15 @@ xids:
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.gpu_facts import module_host_io
-    from ansible.module_utils.stack_check import (
-        DEFAULT_CHECK_IMAGE, DEFAULT_CUDA_PROBE_COMMAND, DEFAULT_CUDA_PROBE_IMAGE, DEFAULT_REQUIRED_LAYERS,
-        DEFAULT_TOOLKIT_PACKAGES, LAYERS, capture, evaluate,
-        kernel_log_argv)
-except ImportError:  # run outside Ansible (unit tests put module_utils/ on sys.path)
-    from gpu_facts import module_host_io
-    from stack_check import (
-        DEFAULT_CHECK_IMAGE, DEFAULT_CUDA_PROBE_COMMAND, DEFAULT_CUDA_PROBE_IMAGE, DEFAULT_REQUIRED_LAYERS,
-        DEFAULT_TOOLKIT_PACKAGES, LAYERS, capture, evaluate,
-        kernel_log_argv)
+from ansible.module_utils.gpu_facts import module_host_io
+from ansible.module_utils.stack_check import (
+    DEFAULT_CHECK_IMAGE, DEFAULT_CUDA_PROBE_COMMAND, DEFAULT_CUDA_PROBE_IMAGE, DEFAULT_REQUIRED_LAYERS,
+    DEFAULT_TOOLKIT_PACKAGES, LAYERS, capture, evaluate,
+    kernel_log_argv)
 
 ARGUMENT_SPEC = dict(
     required_layers=dict(type="list", elements="str", choices=list(LAYERS), default=list(DEFAULT_REQUIRED_LAYERS)),
+    not_required=dict(type="list", elements="str", choices=list(LAYERS), default=[]),
     fail_on_required=dict(type="bool", default=False),
     check_image=dict(type="str", default=DEFAULT_CHECK_IMAGE),
     cuda_probe_image=dict(type="str", default=DEFAULT_CUDA_PROBE_IMAGE),
@@ -331,7 +333,7 @@ def main():
     if not argv:
         module.fail_json(msg="kernel_log_command is empty")
     options = {
-        "required_layers": params["required_layers"],
+        "required_layers": [l for l in params["required_layers"] if l not in params["not_required"]],
         "check_image": params["check_image"],
         "cuda_probe_image": params["cuda_probe_image"],
         "cuda_probe_command": params["cuda_probe_command"],

@@ -64,7 +64,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 layers:
-  description: Per layer (driver, persistence, docker, toolkit, runtime_config, cdi, container, serving) C(state) and C(findings).
+  description: Per layer that drift compares (the layer registry's, module_utils/layers/registry.py) C(state) and C(findings).
   returned: always
   type: dict
 drifted:

@@ -63,10 +63,7 @@ import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.run_lock import parse_stat, playbook_process, run_gone
-except ImportError:  # unit tests put module_utils/ on sys.path
-    from run_lock import parse_stat, playbook_process, run_gone
+from ansible.module_utils.run_lock import parse_stat, playbook_process, run_gone
 
 
 def _read(path):

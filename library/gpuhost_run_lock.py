@@ -100,10 +100,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.run_lock import busy_message, describe_holder, lock_record, lock_state, parse_lock
-except ImportError:  # unit tests put module_utils/ on sys.path
-    from run_lock import busy_message, describe_holder, lock_record, lock_state, parse_lock
+from ansible.module_utils.run_lock import busy_message, describe_holder, lock_record, lock_state, parse_lock
 
 
 def read_lock(path):

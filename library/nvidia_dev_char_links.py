@@ -65,10 +65,7 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.dev_char import is_nvidia_node, plan, wanted_links
-except ImportError:  # unit tests put module_utils/ on sys.path
-    from dev_char import is_nvidia_node, plan, wanted_links
+from ansible.module_utils.dev_char import is_nvidia_node, plan, wanted_links
 
 
 def char_nodes(dev):

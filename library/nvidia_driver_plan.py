@@ -319,16 +319,10 @@ import platform
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.driver_choice import (
-        PREFERENCES, PREFERENCES_PARTS, DriverChoiceError, disruption, gpu_summary, hold_owners, operator_hold_error,
-        operator_pin_error, operator_pins, parse_dpkg_owners, parse_dpkg_query, parse_dpkg_search,
-        parse_kernel_images, parse_madison, plan, precheck, preference_files, reboot_decision, verify_installed)
-except ImportError:  # unit tests put module_utils/ on sys.path
-    from driver_choice import (
-        PREFERENCES, PREFERENCES_PARTS, DriverChoiceError, disruption, gpu_summary, hold_owners, operator_hold_error,
-        operator_pin_error, operator_pins, parse_dpkg_owners, parse_dpkg_query, parse_dpkg_search,
-        parse_kernel_images, parse_madison, plan, precheck, preference_files, reboot_decision, verify_installed)
+from ansible.module_utils.driver_choice import (
+    PREFERENCES, PREFERENCES_PARTS, DriverChoiceError, disruption, gpu_summary, hold_owners, operator_hold_error,
+    operator_pin_error, operator_pins, parse_dpkg_owners, parse_dpkg_query, parse_dpkg_search,
+    parse_kernel_images, parse_madison, plan, precheck, preference_files, reboot_decision, verify_installed)
 
 _C = {"LC_ALL": "C", "LANG": "C"}
 

@@ -78,12 +78,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.atomic_file import read_text, write_atomic
-    from ansible.module_utils.driver_sources import SourcesError, components_of, enable_deb822, enable_one_line
-except ImportError:
-    from atomic_file import read_text, write_atomic
-    from driver_sources import SourcesError, components_of, enable_deb822, enable_one_line
+from ansible.module_utils.atomic_file import read_text, write_atomic
+from ansible.module_utils.driver_sources import SourcesError, components_of, enable_deb822, enable_one_line
 
 
 def main():

@@ -173,10 +173,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.gpu_facts import error_facts, gather, module_host_io
-except ImportError:  # run outside Ansible (unit tests put module_utils/ on sys.path)
-    from gpu_facts import error_facts, gather, module_host_io
+from ansible.module_utils.gpu_facts import error_facts, gather, module_host_io
 
 ARGUMENT_SPEC = dict(
     nvidia_smi_path=dict(type="path"),

@@ -76,10 +76,7 @@ after:
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.mig_apply import MigError, apply, diff_text
-except ImportError:  # unit tests put module_utils/ on sys.path
-    from mig_apply import MigError, apply, diff_text
+from ansible.module_utils.mig_apply import MigError, apply, diff_text
 
 
 def main():

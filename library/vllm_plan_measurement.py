@@ -95,12 +95,8 @@ import json
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.atomic_file import read_text, write_atomic
-    from ansible.module_utils.vllm_plan import PlanError, after_starts, load_measurements
-except ImportError:  # unit tests import the module file directly
-    from atomic_file import read_text, write_atomic
-    from vllm_plan import PlanError, after_starts, load_measurements
+from ansible.module_utils.atomic_file import read_text, write_atomic
+from ansible.module_utils.vllm_plan import PlanError, after_starts, load_measurements
 
 
 def previous_instances(text):

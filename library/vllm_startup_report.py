@@ -140,10 +140,7 @@ import shlex
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.vllm_log import parse
-except ImportError:  # unit tests import the module file directly
-    from vllm_log import parse
+from ansible.module_utils.vllm_log import parse
 
 ARGUMENT_SPEC = dict(
     log=dict(type="str"),

@@ -1,12 +1,12 @@
 # -*- coding: utf-8 -*-
-"""Drift of a GPU host against what gpuhost converged it to. Pure functions, no Ansible imports.
+"""Drift of a GPU host against what gpuhost converged it to. Pure functions (no Ansible but module_utils).
 
 Inputs: the host's record (`ansible_local.gpuhost`, written by the roles), the live stack
 (the result of gpu_stack_check), the dpkg state of the recorded driver packages and the state of the
 recorded serving containers. Output: per layer, what drifted and whether a drift run may repair it.
 """
 
-LAYERS = ("driver", "fabric", "persistence", "docker", "toolkit", "runtime_config", "cdi", "container", "serving")
+from ansible.module_utils.layers.registry import DRIFT_LAYERS as LAYERS
 
 # How a drift run may deal with a finding: `auto` through the roles' own tasks and handlers (runtime
 # configure, CDI regenerate, docker restart, serving restart), `reboot` only where reboots are allowed,
@@ -46,7 +46,7 @@ def parse_dpkg_status(stdout):
     return packages
 
 
-def driver_findings(record, stack, dpkg, allow_reboot):
+def driver_findings(record, stack, dpkg, allow_reboot, serving):
     rec = record.get("driver") or {}
     recorded = rec.get("version")
     loaded = stack.get("driver_version")
@@ -89,7 +89,13 @@ def _layer_failed(stack, layer, code, repair, what):
     return []
 
 
-def persistence_findings(stack):
+def fabric_findings(record, stack, dpkg, allow_reboot, serving):
+    """The fabric manager missing, left at another version by a driver upgrade, or stopped: the driver role
+    installs it at the loaded driver's version and (re)starts it."""
+    return _layer_failed(stack, "fabric", "fabric_manager", AUTO, "NVSwitch fabric")
+
+
+def persistence_findings(record, stack, dpkg, allow_reboot, serving):
     """Persistence mode off (the persistence check), and the MIG layout that differs from the declared one (the
     mig_layout check of the same layer: lost at a reboot whose boot unit did not re-apply it, or changed by
     hand); the nvidia_mig role applies it again."""
@@ -102,7 +108,15 @@ def persistence_findings(stack):
     return _layer_failed(stack, "persistence", "persistence_off", AUTO, "persistence mode") + out
 
 
-def cdi_findings(record, stack):
+def docker_findings(record, stack, dpkg, allow_reboot, serving):
+    return _layer_failed(stack, "docker", "docker_down", AUTO, "docker")
+
+
+def toolkit_findings(record, stack, dpkg, allow_reboot, serving):
+    return _layer_failed(stack, "toolkit", "toolkit_missing", AUTO, "toolkit")
+
+
+def cdi_findings(record, stack, dpkg, allow_reboot, serving):
     """A stale, shadowed, missing or wrong-sized spec (the checker's cdi_spec verdict), or one recorded
     for another driver than the loaded one."""
     check = _stack_check(stack, "cdi_spec")
@@ -115,7 +129,7 @@ def cdi_findings(record, stack):
     return []
 
 
-def runtime_findings(record, stack):
+def runtime_config_findings(record, stack, dpkg, allow_reboot, serving):
     """The nvidia runtime entry gone (the checker's runtime_config verdict), or docker last set up
     for another driver than the loaded one: after every driver update the runtime is configured again
     and docker restarted, or `--gpus` starts failing."""
@@ -132,7 +146,7 @@ def runtime_findings(record, stack):
     return []
 
 
-def container_findings(stack):
+def container_findings(record, stack, dpkg, allow_reboot, serving):
     """A fresh GPU container that fails (--gpus, CDI, the CUDA probe); a running serving container that
     lost its GPUs is the serving layer's."""
     if _stack_layer(stack, "container").get("status") != "fail":
@@ -145,7 +159,7 @@ def container_findings(stack):
     return [finding("gpus_broken", "containers: %s" % (summary or "failed"), AUTO)]
 
 
-def serving_findings(record, serving, stack=None):
+def serving_findings(record, stack, dpkg, allow_reboot, serving):
     out = []
     # Running, but its NVML lost the GPU devices (a systemd reload without /dev/char links): the toolkit
     # role makes the links, then the container is started again.
@@ -168,19 +182,9 @@ def serving_findings(record, serving, stack=None):
 def compare(record, stack, dpkg, serving=None, allow_reboot=False):
     """Per-layer drift: {layer: {"state": "ok"|"drift", "findings": [...]}} plus totals."""
     record = record or {}
-    layers = {
-        "driver": driver_findings(record, stack, dpkg, allow_reboot),
-        # The fabric manager missing, left at another version by a driver upgrade, or stopped: the driver role
-        # installs it at the loaded driver's version and (re)starts it.
-        "fabric": _layer_failed(stack, "fabric", "fabric_manager", AUTO, "NVSwitch fabric"),
-        "persistence": persistence_findings(stack),
-        "docker": _layer_failed(stack, "docker", "docker_down", AUTO, "docker"),
-        "toolkit": _layer_failed(stack, "toolkit", "toolkit_missing", AUTO, "toolkit"),
-        "runtime_config": runtime_findings(record, stack),
-        "cdi": cdi_findings(record, stack),
-        "container": container_findings(stack),
-        "serving": serving_findings(record, serving, stack),
-    }
+    # Each layer the registry marks for drift has its <layer>_findings here, with one signature.
+    layers = dict((layer, globals()[layer + "_findings"](record, stack, dpkg, allow_reboot, serving))
+                  for layer in LAYERS)
     result = {}
     for layer in LAYERS:
         found = layers[layer]

@@ -17,19 +17,12 @@ import posixpath
 import re
 from functools import cmp_to_key
 
-try:
-    from ansible.module_utils.cuda_repo import plan_packages as cuda_repo_packages
-    from ansible.module_utils.driver_sources import SourcesError, paragraphs
-    from ansible.module_utils.gpu_arch import lookup as arch_lookup
-    from ansible.module_utils.host_parse import (
-        HostParseError, package_traits, parse_ubuntu_drivers_devices)
-    from ansible.module_utils.secure_boot import signed_modules_metapackage
-except ImportError:
-    from cuda_repo import plan_packages as cuda_repo_packages
-    from driver_sources import SourcesError, paragraphs
-    from gpu_arch import lookup as arch_lookup
-    from host_parse import HostParseError, package_traits, parse_ubuntu_drivers_devices
-    from secure_boot import signed_modules_metapackage
+from ansible.module_utils.cuda_repo import plan_packages as cuda_repo_packages
+from ansible.module_utils.driver_sources import SourcesError, paragraphs
+from ansible.module_utils.gpu_arch import lookup as arch_lookup
+from ansible.module_utils.host_parse import (
+    HostParseError, package_traits, parse_ubuntu_drivers_devices)
+from ansible.module_utils.secure_boot import signed_modules_metapackage
 
 
 class DriverChoiceError(ValueError):

@@ -12,17 +12,15 @@ say which reader uses it and under which of that reader's own names:
   cuda       stack_check.check_cuda_probe (NVIDIA's vectorAdd sample in a --gpus container that failed)
   kernel     secure_boot.module_signature_events (a kernel log or journal: the module signature verdicts)
 Within a scope the table's order is the reader's order (the first entry that matches wins);
-`explain` reads every entry and ranks findings by LAYERS.  Adding a pattern is one entry here
+`explain` reads every entry and ranks findings by the layer registry's order (layers/registry.py:
+each entry's `layer` is one of its catalogue names).  Adding a pattern is one entry here
 plus its real example in tests/unit/test_explain.py.
 
-Every pattern was written against a real text: ../shared/corpus/ (errors/, host/, nvidia_smi/
+Every pattern was written against a real text: tests/fixtures/corpus/ (errors/, host/, nvidia_smi/
 029-032, vllm_logs/), tests/fixtures/ (secure_boot/, cuda_probe/: each folder's README names the
 sources) or the toolkit's and engines' own sources, named at the entry.
 """
 import re
-
-LAYERS = ("hardware", "driver", "fabric", "persistence", "docker", "toolkit", "runtime_config", "cdi",
-          "image", "container", "vllm_config", "vllm_memory", "other")
 
 REPAIR_DRIVER = "site.yml --tags driver (checks: playbooks/diagnose.yml)"
 REPAIR_TOOLKIT = "site.yml --tags toolkit, then playbooks/drift.yml (re-runs configure, restarts docker)"

@@ -11,12 +11,9 @@ failures no single line names (a negative KV share, a hard-wrapped error, blocks
 Findings are ranked by layer, bottom up (a broken driver explains a failed container, not the
 other way round), and each names its decisive line.
 """
-try:
-    from ansible.module_utils import error_catalogue as catalogue
-    from ansible.module_utils.vllm_log import RE as VLLM_RE, clean_line, parse as parse_vllm_log
-except ImportError:  # plain import in unit tests and the CLI
-    import error_catalogue as catalogue
-    from vllm_log import RE as VLLM_RE, clean_line, parse as parse_vllm_log
+from ansible.module_utils import error_catalogue as catalogue
+from ansible.module_utils.layers.registry import CATALOGUE_ORDER
+from ansible.module_utils.vllm_log import RE as VLLM_RE, clean_line, parse as parse_vllm_log
 
 MAX_INPUT_BYTES = 64 * 1024 * 1024
 MAX_QUOTE = 300
@@ -125,7 +122,7 @@ def explain(data):
     if entry is not None and (entry["kind"], None) not in found:
         add(_finding(entry, failure.get("line"), failure.get("message") or ""))
     started = report.get("started")
-    rank = {layer: i for i, layer in enumerate(catalogue.LAYERS)}
+    rank = {layer: i for i, layer in enumerate(CATALOGUE_ORDER)}
     findings = [found[key] for key in order if not (started and found[key].pop("failed_start_only", False))]
     for finding in findings:
         finding.pop("failed_start_only", None)

@@ -25,11 +25,8 @@ What the real outputs show (../shared/corpus/nvidia_smi/055-067, tests/fixtures/
 import re
 import xml.etree.ElementTree as ET
 
-try:
-    from ansible.module_utils.nvsmi_parse import (_Q_GPU, ParseError, TruncatedInput, _last_xml_document, _q_tree,
-                                                  clean_text)
-except ImportError:  # plain import in unit tests and the CLI
-    from nvsmi_parse import _Q_GPU, ParseError, TruncatedInput, _last_xml_document, _q_tree, clean_text
+from ansible.module_utils.nvsmi_parse import (_Q_GPU, ParseError, TruncatedInput, _last_xml_document, _q_tree,
+                                              clean_text)
 
 # The columns after the devices, and the key each goes under.
 AFFINITY_COLUMNS = {"CPU Affinity": "cpu_affinity", "NUMA Affinity": "numa_affinity", "GPU NUMA ID": "gpu_numa_id"}

@@ -11,10 +11,7 @@ import os
 import re
 import shlex
 
-try:
-    from ansible.module_utils.vllm_plan import arg_values
-except ImportError:  # plain import in unit tests and the CLI
-    from vllm_plan import arg_values
+from ansible.module_utils.vllm_plan import arg_values
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 GPU_RESOURCE = "nvidia.com/gpu"

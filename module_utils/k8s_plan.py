@@ -13,16 +13,10 @@ CUDA total (nvidia-smi's Total less the driver's Reserved) is what the processes
 all.  seed 003 states the budget as 0.40 x 23,034 MiB = 9,214 MiB (nvidia-smi's Total); the
 two differ by the 434 MiB the driver reserves on an L4 (gpu_memory catalogue).
 """
-try:
-    from ansible.module_utils import vllm_overheads as vo
-    from ansible.module_utils.k8s_manifest import SHARED_SUFFIX
-    from ansible.module_utils.vllm_plan import (MAX_UTILIZATION, OUTSIDE_BUDGET_MIB, PlanError, budget_room,
-                                                check_instances, even_share, resolve_version)
-except ImportError:  # plain import in unit tests and the CLI
-    import vllm_overheads as vo
-    from k8s_manifest import SHARED_SUFFIX
-    from vllm_plan import (MAX_UTILIZATION, OUTSIDE_BUDGET_MIB, PlanError, budget_room, check_instances,
-                           even_share, resolve_version)
+from ansible.module_utils import vllm_overheads as vo
+from ansible.module_utils.k8s_manifest import SHARED_SUFFIX
+from ansible.module_utils.vllm_plan import (MAX_UTILIZATION, OUTSIDE_BUDGET_MIB, PlanError, budget_room,
+                                            check_instances, even_share, resolve_version)
 
 
 def utilization_of(workload):

@@ -11,18 +11,8 @@ script, style sheet, image or font from anywhere (inline CSS only, CSP `default-
 import html
 import re
 
-try:
-    from ansible.module_utils.explain import ExplainError, explain
-    from ansible.module_utils.stack_check import LAYERS
-except ImportError:  # plain import in unit tests and the CLI
-    from explain import ExplainError, explain
-    from stack_check import LAYERS
-
-LAYER_HEADINGS = {
-    "hardware": "hardware",
-    "driver": "driver", "fabric": "fabric", "persistence": "persistence", "docker": "docker", "toolkit": "toolkit",
-    "runtime_config": "runtime config", "cdi": "CDI", "container": "container", "health": "health",
-}
+from ansible.module_utils.explain import ExplainError, explain
+from ansible.module_utils.layers.registry import HEADINGS as LAYER_HEADINGS, STACK_LAYERS as LAYERS
 STATUS_WORDS = {"ok": "ok", "warn": "warn", "fail": "FAIL", "skipped": "skip"}
 UNKNOWN = "-"
 

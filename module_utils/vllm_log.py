@@ -48,10 +48,7 @@ Message texts, as in vLLM's source (confirmed against vllm-project/vllm):
 """
 import re
 
-try:
-    from ansible.module_utils import error_catalogue as catalogue
-except ImportError:  # plain import in unit tests and the CLI
-    import error_catalogue as catalogue
+from ansible.module_utils import error_catalogue as catalogue
 
 STAGES = ("engine_start", "weights_loaded", "memory_profiled", "kv_cache_allocated",
           "graphs_captured", "api_server_started")

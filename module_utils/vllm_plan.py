@@ -30,15 +30,9 @@ import math
 import os
 import re
 
-try:
-    from ansible.module_utils.safetensors_header import checkpoint_weight_bytes, SafetensorsError
-    from ansible.module_utils import gpu_memory, vllm_overheads as vo
-    from ansible.module_utils.nvsmi_parse import merge_mig_listing
-except ImportError:  # plain import in unit tests and the CLI
-    from safetensors_header import checkpoint_weight_bytes, SafetensorsError
-    import gpu_memory
-    import vllm_overheads as vo
-    from nvsmi_parse import merge_mig_listing
+from ansible.module_utils.safetensors_header import checkpoint_weight_bytes, SafetensorsError
+from ansible.module_utils import gpu_memory, vllm_overheads as vo
+from ansible.module_utils.nvsmi_parse import merge_mig_listing
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2

@@ -3,10 +3,14 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for sub in ("module_utils", "library", "bin"):
+for sub in ("library", "bin"):
     path = os.path.join(ROOT, sub)
     if path not in sys.path:
         sys.path.insert(0, path)
+
+from gpuhost_cli.module_utils_path import install  # noqa: E402  (bin/ is on the path from here)
+
+install(os.path.join(ROOT, "module_utils"))
 
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 # The real captures other people made (the project's copy, byte for byte; sources in its MANIFEST.tsv).
@@ -47,3 +51,11 @@ def run_ansible_module(module, args, *flags, cwd="/"):
     proc = subprocess.run([ANSIBLE, "localhost", "-c", "local", "-m", module, "-a", json.dumps(args), *flags],
                           capture_output=True, text=True, env=env, timeout=120, cwd=cwd)
     return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+# A module file run as Ansible runs it (its args file as argv[1]), with module_utils/ served as
+# ansible.module_utils as the CLI serves it: `[sys.executable, *MODULE_RUNNER, module_path, args_file]`.
+MODULE_RUNNER = ("-c", "import runpy, sys; sys.path.insert(0, %r); "
+                 "from gpuhost_cli.module_utils_path import install; install(%r); "
+                 "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+                 % (os.path.join(ROOT, "bin"), os.path.join(ROOT, "module_utils")))

@@ -49,6 +49,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 HERE = os.path.dirname(os.path.realpath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
+# The product's module_utils import each other as ansible.module_utils.<name>; in the image they lie next to
+# this file with the CLI's path helper, which serves them under that name (the unit tests' conftest does).
+if os.path.exists(os.path.join(HERE, "module_utils_path.py")):
+    from module_utils_path import install  # noqa: E402
+    install(HERE)
 
 import vllm_overheads  # noqa: E402  (copied next to this file in the image, as are the next two)
 import nvsmi_parse  # noqa: E402

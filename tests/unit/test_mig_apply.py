@@ -241,8 +241,9 @@ def test_boot_script_file_runs_with_the_copied_modules(tmp_path):
     make_state(state, models=("h100",))
     lib = tmp_path / "lib"
     lib.mkdir()
-    for name in ("mig_apply.py", "mig_parse.py", "nvsmi_parse.py", "gpu_arch.py", "error_catalogue.py"):
-        (lib / name).write_text(open(os.path.join(ROOT, "module_utils", name)).read())
+    for name in ("module_utils/mig_apply.py", "module_utils/mig_parse.py", "module_utils/nvsmi_parse.py",
+                 "module_utils/gpu_arch.py", "module_utils/error_catalogue.py", "bin/gpuhost_cli/module_utils_path.py"):
+        (lib / os.path.basename(name)).write_text(open(os.path.join(ROOT, name)).read())
     layout = tmp_path / "layout.json"
     layout.write_text(json.dumps({"layout": {"0": ["2g.20gb", "2g.20gb", "2g.20gb"]}}))
     env = dict(os.environ, GPUSIM_STATE=str(state), GPUHOST_MIG_LIB=str(lib),

@@ -120,3 +120,18 @@ def test_the_name_check_sees_a_name_only_the_fallback_imports():
               "except ImportError:  # plain import\n    from vllm_plan import OUTSIDE_BUDGET_MIB, PlanError\n"
               "try:\n    import tomllib\nexcept ImportError:\n    tomllib = None\n")
     assert import_fallbacks(source) == [(1, [], ["OUTSIDE_BUDGET_MIB"]), (5, [], [])]
+
+
+def _falls_back_to_a_plain_import(node, handler):
+    """A try that imports from ansible.module_utils and, failing that, the same code by its plain name."""
+    tried = [s for s in node.body if isinstance(s, ast.ImportFrom) and (s.module or "").startswith("ansible.module_utils")]
+    return bool(tried) and any(isinstance(s, (ast.Import, ast.ImportFrom)) for s in handler.body)
+
+
+@pytest.mark.parametrize("path", UTILS + MODULES, ids=[os.path.relpath(p, ROOT) for p in UTILS + MODULES])
+def test_one_import_path(path):
+    """Every file imports gpuhost's module_utils as ansible.module_utils.<name> and only so: the CLI and the
+    tests serve that name too (bin/gpuhost_cli/module_utils_path.py), so no file keeps a second, plain import."""
+    twins = [node.lineno for node in ast.parse(_read(path)).body if isinstance(node, ast.Try)
+             for handler in node.handlers if _catches_import_error(handler) and _falls_back_to_a_plain_import(node, handler)]
+    assert not twins, "line(s) %s: a plain-import fallback" % twins

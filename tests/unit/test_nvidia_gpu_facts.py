@@ -11,7 +11,7 @@ import pytest
 import gpu_facts as gf
 import host_parse
 import nvsmi_parse
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, MODULE_RUNNER, ROOT
 
 SMI = os.path.join(FIXTURES, "nvidia_smi")
 HOST = os.path.join(FIXTURES, "host")
@@ -350,8 +350,8 @@ def fake_nvidia_smi(tmp_path, fixture, rc=0):
 def run_module(tmp_path, args):
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "module_utils"))
-    proc = subprocess.run([sys.executable, MODULE, str(args_file)], capture_output=True, text=True,
+    env = dict(os.environ)
+    proc = subprocess.run([sys.executable, *MODULE_RUNNER, MODULE, str(args_file)], capture_output=True, text=True,
                           env=env, timeout=60)
     return proc.returncode, json.loads(proc.stdout)
 

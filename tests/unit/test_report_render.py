@@ -10,7 +10,7 @@ import pytest
 
 import report_render as rr
 import stack_check as sc
-from conftest import ROOT
+from conftest import MODULE_RUNNER, ROOT
 
 MODULE = os.path.join(ROOT, "library", "gpuhost_report.py")
 
@@ -147,8 +147,8 @@ def test_gpuhost_report_module_writes_the_reports(tmp_path):
             "dest": str(dest), "generated": "2026-12-02T18:00:00Z", "_ansible_check_mode": False}
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "module_utils"))
-    proc = subprocess.run([sys.executable, MODULE, str(args_file)], capture_output=True, text=True, env=env,
+    env = dict(os.environ)
+    proc = subprocess.run([sys.executable, *MODULE_RUNNER, MODULE, str(args_file)], capture_output=True, text=True, env=env,
                           timeout=60)
     out = json.loads(proc.stdout)
     assert not out.get("failed"), out
@@ -163,7 +163,7 @@ def test_gpuhost_report_module_writes_the_reports(tmp_path):
     assert out["dest"] == str(dest)
     # a second run with the same directory (same second) gets its own, the first run's reports stay
     before = (dest / "summary.md").read_text()
-    again = json.loads(subprocess.run([sys.executable, MODULE, str(args_file)], capture_output=True, text=True,
+    again = json.loads(subprocess.run([sys.executable, *MODULE_RUNNER, MODULE, str(args_file)], capture_output=True, text=True,
                                       env=env, timeout=60).stdout)
     assert again["dest"] == str(dest) + "-2"
     assert sorted(os.listdir(again["dest"])) == sorted(os.listdir(str(dest)))

@@ -12,8 +12,9 @@ import sys
 import pytest
 
 import stack_check as sc
+from layers import health
 import gpus_path as gp
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, MODULE_RUNNER, ROOT
 
 SMI = os.path.join(FIXTURES, "nvidia_smi")
 HOST = os.path.join(FIXTURES, "host")
@@ -621,9 +622,9 @@ def test_module_never_fails_a_broken_host(tmp_path):
     args = {"container_check": False, "kernel_log_command": "true", "_ansible_check_mode": True}
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "module_utils"),
+    env = dict(os.environ,
                DOCKER_HOST="unix://%s/no-docker.sock" % tmp_path)
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "library", "gpu_stack_check.py"), str(args_file)],
+    proc = subprocess.run([sys.executable, *MODULE_RUNNER, os.path.join(ROOT, "library", "gpu_stack_check.py"), str(args_file)],
                           capture_output=True, text=True, env=env, timeout=120)
     res = json.loads(proc.stdout)
     assert not res.get("failed"), res
@@ -644,9 +645,9 @@ def test_fail_on_required_fails_with_the_diagnosis(tmp_path):
     args = {"container_check": False, "kernel_log_command": "true", "fail_on_required": True}
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "module_utils"),
+    env = dict(os.environ,
                DOCKER_HOST="unix://%s/no-docker.sock" % tmp_path)
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "library", "gpu_stack_check.py"), str(args_file)],
+    proc = subprocess.run([sys.executable, *MODULE_RUNNER, os.path.join(ROOT, "library", "gpu_stack_check.py"), str(args_file)],
                           capture_output=True, text=True, env=env, timeout=120)
     res = json.loads(proc.stdout)
     assert res["failed"] is True and res["msg"].startswith(sc.LAYER_TITLES[res["failed_layer"]])
@@ -656,7 +657,7 @@ def test_fail_on_required_fails_with_the_diagnosis(tmp_path):
 def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
     def broken(*_args, **_kwargs):
         raise KeyError("gpus")
-    monkeypatch.setattr(sc, "check_throttle", broken)
+    monkeypatch.setattr(health, "check_throttle", broken)
     out = sc.evaluate(sc.capture(healthy_host(), PROBE_OPTS), PROBE_OPTS)
     throttle = next(c for c in out["checks"] if c["name"] == "throttle")
     assert throttle["status"] == "warn" and "internal error" in throttle["summary"]

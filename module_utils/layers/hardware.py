@@ -1,0 +1,87 @@
+# -*- coding: utf-8 -*-
+"""Layer `hardware`: each GPU on the bus (lost, broken by a hardware Xid, or healthy), and its MIG mode."""
+import re
+
+from ansible.module_utils.layers.base import _out, evidence, guarded, result
+from ansible.module_utils.layers.health import XID_ACTIONS, XID_CATALOGUE, parse_xids
+
+# Xids that mean the GPU itself is gone or broken (NVIDIA's catalogue: reset or reboot, RMA if it recurs);
+# the others (application faults, corrected ECC) stay with the health layer's Xid check.
+HARDWARE_XIDS = (48, 61, 62, 64, 74, 79, 95, 119, 120)
+# "... for GPU0000:CB:00.0: Unknown Error" (older), "... for GPU1: 0000:34:00.0: Unknown Error" (610).
+_LOST = re.compile(r"Unable to determine the device handle for GPU\s*(?:\d+:\s*)?"
+                   r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?:\s*([^\n]*?)\.?\s*(?:\n|$)", re.I)
+
+
+def _bus(address):
+    """'00000000:2B:00.0', '0000:2b:00', '2b:00.0' -> '2b:00' (bus:device) for matching."""
+    parts = (address or "").lower().split(":")
+    return ":".join(p.split(".")[0] for p in parts[-2:]) if len(parts) >= 2 else (address or "").lower()
+
+
+def check_hardware(facts, xid_events=(), smi_text=""):
+    """Each GPU on the bus (index by PCI order, UUID where nvidia-smi still sees it, bus id): lost
+    (Xid 79, 'GPU is lost'), broken (a hardware Xid: reset or reboot) or healthy, and MIG mode."""
+    pci = sorted(facts.get("pci_devices") or [], key=lambda d: _bus(d.get("pci_address")))
+    smi = dict((_bus(g.get("pci_bus_id")), g) for g in facts.get("gpus") or [] if g.get("pci_bus_id"))
+    lost = dict((_bus(m.group(1)), m.group(2)) for m in _LOST.finditer(smi_text or ""))
+    xids = {}
+    for event in xid_events or []:
+        xids.setdefault(_bus(event["pci"]), []).append(event["code"])
+    buses = [_bus(d.get("pci_address")) for d in pci] or sorted(smi)
+    addresses = dict((_bus(d.get("pci_address")), d.get("pci_address")) for d in pci)
+    for bus in sorted(set(lost) | set(xids)):
+        if bus not in buses:
+            buses.append(bus)
+    gpus, bad, warned = [], [], []
+    for index, bus in enumerate(buses):
+        fact = smi.get(bus) or {}
+        codes = sorted(set(xids.get(bus, [])))
+        hard = [c for c in codes if c in HARDWARE_XIDS]
+        entry = {"index": fact.get("index", index), "bus_id": fact.get("pci_bus_id") or addresses.get(bus) or bus,
+                 "uuid": fact.get("uuid"), "name": fact.get("name"), "xids": codes, "mig_mode": fact.get("mig_mode")}
+        label = "GPU %s (%s%s)" % (entry["index"], entry["bus_id"], ", %s" % entry["uuid"] if entry["uuid"] else "")
+        if bus in lost or 79 in codes:
+            entry["state"] = "lost"
+            bad.append("%s fell off the bus (%s)" % (label, "Xid 79" if 79 in codes else lost[bus] or "GPU is lost"))
+        elif hard:
+            entry["state"] = "faulty"
+            bad.append("%s: %s" % (label, "; ".join("Xid %d %s" % (c, XID_CATALOGUE[c][0]) for c in hard)))
+        elif fact.get("mig_mode") is True:
+            entry["state"] = "mig"
+            warned.append("%s has MIG mode on: a container given the whole GPU gets no usable device; give "
+                          "instances MIG devices (nvidia.com/gpu=%s:<n>) or turn MIG off (`nvidia-smi -i %s -mig 0`)"
+                          % (label, entry["index"], entry["index"]))
+        else:
+            entry["state"] = "healthy"
+        gpus.append(entry)
+    healthy = ["GPU %s" % g["index"] for g in gpus if g["state"] in ("healthy", "mig")]
+    data = {"gpus": gpus}
+    lines = [m.group(0).strip() for m in _LOST.finditer(smi_text or "")] + \
+        ["%s %s: %s%s" % (g["index"], g["bus_id"], g["state"], " (Xid %s)" % ", ".join(map(str, g["xids"]))
+                          if g["xids"] else "") for g in gpus]
+    ev = evidence("lspci; nvidia-smi; kernel log Xids", lines)
+    tail = "; healthy: %s" % ", ".join(healthy) if healthy else ""
+    if bad:
+        worst = "REBOOT" if any(g["state"] == "lost" for g in gpus) else "RESET_GPU"
+        return result("hardware", "hardware", "fail", "; ".join(bad) + tail,
+                      remedy="%s: %s" % (", ".join("GPU %s" % g["index"] for g in gpus
+                                                   if g["state"] in ("lost", "faulty")), XID_ACTIONS[worst]),
+                      ev=ev, data=data)
+    if not gpus:
+        return result("hardware", "hardware", "skipped", "no NVIDIA GPU seen (driver layer)", ev=ev, data=data)
+    if warned:
+        return result("hardware", "hardware", "warn", "; ".join(warned), remedy=warned[0].split(": ", 1)[-1],
+                      ev=ev, data=data)
+    return result("hardware", "hardware", "ok", "%d GPU(s) healthy: no lost GPU and no hardware Xid since boot (%s)"
+                  % (len(gpus), ", ".join("GPU %s %s" % (g["index"], g["bus_id"]) for g in gpus)), ev=ev, data=data)
+
+
+def _hardware(ctx):
+    smi_text = "\n".join(_out(a) for a in ctx.gpu.get("smi") or [])
+    kernel_log = ctx.get("kernel_log")
+    xid_events = parse_xids(kernel_log.get("stdout")) if kernel_log else []
+    return guarded("hardware", "hardware", check_hardware, ctx.facts, xid_events, smi_text)
+
+
+CHECKS = {"hardware": _hardware}

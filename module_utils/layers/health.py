@@ -1,0 +1,162 @@
+# -*- coding: utf-8 -*-
+"""Layer `health`: GPU memory held by processes that are gone, active throttle reasons, Xid errors since boot."""
+import re
+
+from ansible.module_utils import error_catalogue as catalogue
+from ansible.module_utils.layers.base import (
+    MAX_EVIDENCE_LINES, _cmd, _grep, _kernel_log_unread, _lines, evidence, guarded, result)
+
+# Idle GPUs always report gpu_idle; it is not throttling.
+BENIGN_CLOCK_REASONS = ("gpu_idle",)
+
+
+def check_zombies(facts, captures):
+    """GPU memory held by pids that do not exist on this host (nvidia_gpu_facts' zombie flag)."""
+    procs = facts.get("processes") or []
+    zombies = [p for p in procs if p.get("zombie")]
+    attempts = captures.get("smi") or []
+    cmd = attempts[0]["argv"] if attempts else "nvidia-smi -q -x"
+    if facts.get("state") != "ok":
+        return result("zombies", "health", "skipped", "nvidia-smi does not work (driver layer)", ev=evidence(cmd))
+    lines = ["pid %s %s on GPU %s: %s MiB, %s" % (p.get("pid"), p.get("name"), p.get("gpu_index"), p.get("used_mib"),
+                                                 "no such process on the host (/proc/%s)" % p.get("pid")
+                                                 if p.get("zombie") else "alive")
+             for p in procs]
+    ev = evidence("%s; test -d /proc/<pid>" % (cmd if isinstance(cmd, str) else " ".join(cmd)), lines)
+    data = {"zombies": [{"pid": p.get("pid"), "name": p.get("name"), "gpu_index": p.get("gpu_index"),
+                         "used_mib": p.get("used_mib")} for p in zombies]}
+    if zombies:
+        mib = sum(p.get("used_mib") or 0 for p in zombies)
+        gpus = sorted(set(str(p.get("gpu_index")) for p in zombies))
+        return result("zombies", "health", "fail", "%d MiB on GPU %s held by %d pid(s) that no longer exist: %s"
+                      % (mib, ", ".join(gpus), len(zombies), ", ".join(str(p.get("pid")) for p in zombies)),
+                      remedy="find the holder with `fuser -v /dev/nvidia*` and stop it; if nothing holds it, reset "
+                             "the GPU (`nvidia-smi -r -i %s`, no process on it) or reboot" % gpus[0],
+                      ev=ev, data=data)
+    return result("zombies", "health", "ok", "%d GPU process(es), none stale" % len(procs), ev=ev, data=data)
+
+
+THROTTLE_ADVICE = {
+    "hw_thermal_slowdown": "the GPU is too hot: check cooling, fans and airflow (`nvidia-smi -q -d TEMPERATURE`)",
+    "sw_thermal_slowdown": "the GPU is too hot: check cooling, fans and airflow (`nvidia-smi -q -d TEMPERATURE`)",
+    "hw_power_brake_slowdown": "an external power brake is asserted: check the power supply and the chassis",
+    "hw_slowdown": "hardware slowdown (thermal or power brake): check cooling and power delivery",
+    "sw_power_cap": "the power limit is reached: expected under full load; idle, check the limit "
+                    "(`nvidia-smi -q -d POWER`)",
+    "applications_clocks_setting": "clocks are held by an applications clock setting (`nvidia-smi -rac` resets it)",
+    "sync_boost": "clocks are held down to match another GPU in a sync-boost group",
+    "display_clocks_setting": "clocks are held by a display clock setting",
+}
+
+
+def check_throttle(facts, captures, benign=BENIGN_CLOCK_REASONS):
+    """Active clocks event (throttle) reasons other than gpu_idle."""
+    attempts = captures.get("smi") or []
+    xml = attempts[0]["stdout"] if attempts and attempts[0]["rc"] == 0 else ""
+    cmd = attempts[0]["argv"] if attempts else "nvidia-smi -q -x"
+    gpus = facts.get("gpus") or []
+    if facts.get("state") != "ok" or not gpus:
+        return result("throttle", "health", "skipped", "nvidia-smi does not work (driver layer)", ev=evidence(cmd))
+    active = {}
+    for gpu in gpus:
+        reasons = [r for r in gpu.get("clocks_event_reasons_active") or [] if r not in benign]
+        if reasons:
+            active[gpu.get("index")] = reasons
+    lines = [l for l in _grep(xml, r"<clocks_(?:event|throttle)_reason_\w+>\s*Active\s*<")
+             if not any("_%s>" % b in l for b in benign)]
+    ev = evidence(cmd, lines or ["GPU %s: %s" % (i, ", ".join(r)) for i, r in sorted(active.items())],
+                  attempts[0]["rc"] if attempts else None)
+    data = {"active": dict((str(k), v) for k, v in active.items())}
+    if active:
+        reasons = sorted(set(r for rs in active.values() for r in rs))
+        return result("throttle", "health", "fail", "clocks held down: %s" % "; ".join(
+            "GPU %s %s" % (i, ", ".join(r)) for i, r in sorted(active.items())),
+            remedy="; ".join(THROTTLE_ADVICE.get(r, r) for r in reasons), ev=ev, data=data)
+    unknown = all(g.get("clocks_event_reasons_active") is None for g in gpus)
+    if unknown:
+        return result("throttle", "health", "skipped", "nvidia-smi reports no clocks event reasons", ev=ev, data=data)
+    return result("throttle", "health", "ok", "no throttling (gpu_idle aside)", ev=ev, data=data)
+
+
+# The Xid table and line pattern live in the one error table (module_utils/error_catalogue.py).
+XID_CATALOGUE = catalogue.XID_CATALOGUE
+XID_ACTIONS = catalogue.XID_ACTIONS
+_XID_SEVERITY = catalogue.XID_SEVERITY
+_XID = catalogue.XID
+
+
+def parse_xids(text):
+    """Xid events from a kernel log (`dmesg`, `journalctl -k`): [{code, pci, pid, name, message, line}]."""
+    events = []
+    for line in _lines(text):
+        match = _XID.search(line)
+        if not match:
+            continue
+        rest = match.group(3) or ""
+        pid = re.match(r"^pid=('?<?[^,]*>?'?)(?:,\s*|$)", rest)
+        pid_value = None
+        if pid:
+            rest = rest[pid.end():]
+            raw = pid.group(1).strip("'")
+            pid_value = int(raw) if raw.isdigit() else None
+        name = re.match(r"^name=([^,]*)(?:,\s*|$)", rest)
+        name_value = None
+        if name:
+            rest = rest[name.end():]
+            name_value = None if name.group(1).strip() in ("<unknown>", "") else name.group(1).strip()
+        events.append({"code": int(match.group(2)), "pci": match.group(1).lower(), "pid": pid_value,
+                       "name": name_value, "message": rest.strip(), "line": line.strip()})
+    return events
+
+
+def describe_xid(code):
+    entry = XID_CATALOGUE.get(code)
+    if not entry:
+        return {"code": code, "description": "not in gpuhost's table", "cause": "see NVIDIA's Xid catalogue",
+                "action": "RESET_GPU"}
+    return {"code": code, "description": entry[0], "cause": entry[1], "action": entry[2]}
+
+
+def check_xid(cap, command="dmesg"):
+    """Xid errors in the kernel log since boot, with what they mean."""
+    unread = _kernel_log_unread(cap, "xid", "health", command)
+    if unread:
+        return unread
+    events = parse_xids(cap.get("stdout"))
+    fallback = ["%s failed (%s): read the journal instead" % (command, cap["fallback_from"])] \
+        if cap.get("fallback_from") else []
+    ev = evidence(_cmd(cap), fallback + [e["line"] for e in events][-MAX_EVIDENCE_LINES:], cap.get("rc"))
+    by_code = {}
+    for event in events:
+        by_code.setdefault(event["code"], []).append(event)
+    xids = []
+    for code in sorted(by_code):
+        info = describe_xid(code)
+        info.update(count=len(by_code[code]), gpus=sorted(set(e["pci"] for e in by_code[code])))
+        xids.append(info)
+    data = {"xids": xids}
+    if not events:
+        return result("xid", "health", "ok", "no Xid errors in the kernel log since boot", ev=ev, data=data)
+    worst = max(xids, key=lambda x: _XID_SEVERITY.index(x["action"]))
+    summary = "Xid errors since boot: " + "; ".join(
+        "Xid %d × %d on %s (%s)" % (x["code"], x["count"], ", ".join(x["gpus"]), x["description"]) for x in xids)
+    if worst["action"] == "IGNORE":
+        return result("xid", "health", "ok", summary, ev=ev, data=data)
+    return result("xid", "health", "fail", summary,
+                  remedy="Xid %d (%s): %s" % (worst["code"], worst["cause"], XID_ACTIONS[worst["action"]]),
+                  ev=ev, data=data)
+
+
+def _zombies(ctx):
+    return guarded("zombies", "health", check_zombies, ctx.facts, ctx.gpu)
+
+
+def _throttle(ctx):
+    return guarded("throttle", "health", check_throttle, ctx.facts, ctx.gpu, ctx.opts["benign_clock_reasons"])
+
+
+def _xid(ctx):
+    return guarded("xid", "health", check_xid, ctx.get("kernel_log"), ctx.opts["kernel_log_command_text"])
+
+
+CHECKS = {"zombies": _zombies, "throttle": _throttle, "xid": _xid}

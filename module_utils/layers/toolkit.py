@@ -1,0 +1,72 @@
+# -*- coding: utf-8 -*-
+"""Layer `toolkit`: the NVIDIA Container Toolkit's packages, nvidia-ctk and the runtime hook."""
+import re
+
+from ansible.module_utils.nvsmi_parse import clean_text
+from ansible.module_utils.layers.base import (
+    DEFAULT_TOOLKIT_PACKAGES, REMEDY_INSTALL_TOOLKIT, _grep, _lines, _out, evidence, guarded, result)
+
+def parse_dpkg_query(stdout):
+    """`dpkg-query -W -f '${Package}\\t${db:Status-Abbrev}\\t${Version}\\n' P...` -> {pkg: version or None}.
+
+    A package whose status is not 'ii' (removed, config files only, half-installed) counts as absent.
+    """
+    found = {}
+    for line in (stdout or "").splitlines():
+        parts = line.split("\t")
+        if len(parts) < 3 or not parts[0].strip():
+            continue
+        name = parts[0].strip().split(":")[0]
+        found[name] = parts[2].strip() if parts[1].strip() == "ii" else None
+    return found
+
+
+def parse_ctk_version(text):
+    """`nvidia-ctk --version` -> '1.18.0' ('NVIDIA Container Toolkit CLI version 1.18.0')."""
+    match = re.search(r"version\s+v?(\d+\.\d+\.\d+\S*)", clean_text(text or ""), re.I)
+    return match.group(1) if match else None
+
+
+def check_toolkit(dpkg_cap, ctk_cap, ctk_path, hook_path, packages=DEFAULT_TOOLKIT_PACKAGES):
+    """Toolkit packages installed (pinned together), nvidia-ctk and the runtime hook present."""
+    lines, problems, versions = [], [], {}
+    if dpkg_cap is not None:
+        versions = parse_dpkg_query(dpkg_cap.get("stdout"))
+        lines += [l for l in _lines(dpkg_cap.get("stdout"))]
+        lines += _grep(dpkg_cap.get("stderr"), r"no packages found")
+        absent = [p for p in packages if not versions.get(p)]
+        if absent:
+            problems.append("not installed: %s" % ", ".join(absent))
+    ctk_version = parse_ctk_version(_out(ctk_cap)) if ctk_cap else None
+    if ctk_path:
+        lines += _grep(_out(ctk_cap), r"version")[:1] or ["%s --version: %s" % (ctk_path, _lines(_out(ctk_cap))[:1])]
+    else:
+        lines.append("nvidia-ctk: not found")
+        problems.append("nvidia-ctk not found")
+    if not hook_path:
+        lines.append("nvidia-container-runtime-hook: not found")
+        problems.append("nvidia-container-runtime-hook not found (docker --gpus needs it)")
+    command = [c for c in (" ".join(dpkg_cap["argv"][:2]) + " ..." if dpkg_cap else None,
+                           "nvidia-ctk --version") if c]
+    ev = evidence("; ".join(command), lines, dpkg_cap.get("rc") if dpkg_cap else None)
+    installed = dict((p, v) for p, v in versions.items() if v)
+    data = {"packages": installed, "nvidia_ctk_version": ctk_version}
+    if problems:
+        return result("toolkit", "toolkit", "fail", "NVIDIA Container Toolkit: " + "; ".join(problems),
+                      remedy=REMEDY_INSTALL_TOOLKIT, ev=ev, data=data)
+    distinct = sorted(set(v for p, v in installed.items() if p in packages))
+    if len(distinct) > 1:
+        return result("toolkit", "toolkit", "warn", "toolkit packages at different versions: %s"
+                      % ", ".join("%s %s" % (p, installed[p]) for p in packages if p in installed),
+                      remedy="pin them together (nvidia_container_toolkit_version, site.yml --tags toolkit)",
+                      ev=ev, data=data)
+    return result("toolkit", "toolkit", "ok", "NVIDIA Container Toolkit %s (nvidia-ctk %s)"
+                  % (distinct[0] if distinct else "installed", ctk_version or "unknown"), ev=ev, data=data)
+
+
+def _toolkit(ctx):
+    return guarded("toolkit", "toolkit", check_toolkit, ctx.get("dpkg"), ctx.get("ctk_version"), ctx.get("ctk_path"),
+                   ctx.get("hook_path"), ctx.opts["toolkit_packages"])
+
+
+CHECKS = {"toolkit": _toolkit}
