@@ -20,8 +20,8 @@ from gpuhost_cli.module_utils_path import install  # noqa: E402
 
 install(os.path.join(ROOT, "module_utils"))
 
-import gpu_facts  # noqa: E402
-import nvsmi_parse  # noqa: E402
+from gpu import gpu_facts  # noqa: E402
+from gpu import nvsmi_parse  # noqa: E402
 
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "nvidia_smi", "043_qx_590.44.01_RTX-PRO-6000-Blackwell_v13.xml")
 SMI_CALL_MS = 300.0

@@ -14,7 +14,7 @@ from gpuhost_cli.module_utils_path import install  # noqa: E402
 
 install(os.path.join(ROOT, "module_utils"))
 
-import vllm_log  # noqa: E402
+from serving import vllm_log  # noqa: E402
 
 LOGS = os.path.join(ROOT, "tests", "fixtures", "vllm_logs")
 

@@ -91,8 +91,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.atomic_file import read_text
-from ansible.module_utils.driver_sources import conflicting_sources
+from ansible.module_utils.runs.atomic_file import read_text
+from ansible.module_utils.driver.driver_sources import conflicting_sources
 
 
 def read_sources(sources_dir, sources_list, own_path=None):

@@ -144,7 +144,7 @@ fixes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cuda_requirement import CudaRequirementError, check, gpu_classes
+from ansible.module_utils.containers.cuda_requirement import CudaRequirementError, check, gpu_classes
 
 
 def main():

@@ -82,8 +82,8 @@ backup_file:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.daemon_json import BOM, DaemonJsonError, changed_keys, engine_accepts_bom, merge, parse, render
-from ansible.module_utils.atomic_file import read_text, stage_copy, write_atomic
+from ansible.module_utils.containers.daemon_json import BOM, DaemonJsonError, changed_keys, engine_accepts_bom, merge, parse, render
+from ansible.module_utils.runs.atomic_file import read_text, stage_copy, write_atomic
 
 
 def validate_with_dockerd(module, dockerd, text):

@@ -297,8 +297,8 @@ xids:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.gpu_facts import module_host_io
-from ansible.module_utils.stack_check import (
+from ansible.module_utils.gpu.gpu_facts import module_host_io
+from ansible.module_utils.layers.stack_check import (
     DEFAULT_CHECK_IMAGE, DEFAULT_CUDA_PROBE_COMMAND, DEFAULT_CUDA_PROBE_IMAGE, DEFAULT_REQUIRED_LAYERS,
     DEFAULT_TOOLKIT_PACKAGES, LAYERS, capture, evaluate,
     kernel_log_argv)

@@ -113,11 +113,11 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.atomic_file import read_text, write_atomic
-from ansible.module_utils.converged import (differences, fingerprint, health_problems, parse_os_release,
+from ansible.module_utils.runs.atomic_file import read_text, write_atomic
+from ansible.module_utils.runs.converged import (differences, fingerprint, health_problems, parse_os_release,
                                            parse_systemctl_show, path_digests)
-from ansible.module_utils.daemon_json import DaemonJsonError, parse
-from ansible.module_utils.drift import DPKG_FORMAT, parse_dpkg_status
+from ansible.module_utils.containers.daemon_json import DaemonJsonError, parse
+from ansible.module_utils.diagnosis.drift import DPKG_FORMAT, parse_dpkg_status
 
 
 def read_json(module, path, what, fix):

@@ -84,9 +84,9 @@ manual:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.atomic_file import read_text
-from ansible.module_utils.daemon_json import DaemonJsonError, parse
-from ansible.module_utils.drift import DPKG_FORMAT, compare, parse_dpkg_status
+from ansible.module_utils.runs.atomic_file import read_text
+from ansible.module_utils.containers.daemon_json import DaemonJsonError, parse
+from ansible.module_utils.diagnosis.drift import DPKG_FORMAT, compare, parse_dpkg_status
 
 
 def dpkg_state(module, packages):

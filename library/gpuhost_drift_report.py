@@ -75,9 +75,9 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.atomic_file import new_run_dir, write_atomic
-from ansible.module_utils.drift_report import exit_ok, host_outcome, render_html, render_markdown
-from ansible.module_utils.report_render import safe_filename
+from ansible.module_utils.runs.atomic_file import new_run_dir, write_atomic
+from ansible.module_utils.diagnosis.drift_report import exit_ok, host_outcome, render_html, render_markdown
+from ansible.module_utils.diagnosis.report_render import safe_filename
 
 
 def main():

@@ -48,8 +48,8 @@ record:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.daemon_json import DaemonJsonError, merge, parse, render
-from ansible.module_utils.atomic_file import read_text, write_atomic
+from ansible.module_utils.containers.daemon_json import DaemonJsonError, merge, parse, render
+from ansible.module_utils.runs.atomic_file import read_text, write_atomic
 
 
 def main():

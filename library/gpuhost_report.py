@@ -86,8 +86,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.atomic_file import new_run_dir, write_atomic
-from ansible.module_utils.report_render import fleet_summary, render_html, render_markdown, safe_filename
+from ansible.module_utils.runs.atomic_file import new_run_dir, write_atomic
+from ansible.module_utils.diagnosis.report_render import fleet_summary, render_html, render_markdown, safe_filename
 
 # Keys Ansible adds to a registered result that are not part of the diagnosis.
 _ANSIBLE_KEYS = ("invocation", "changed", "failed", "skipped", "skip_reason", "_ansible_no_log",

@@ -63,7 +63,7 @@ import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.run_lock import parse_stat, playbook_process, run_gone
+from ansible.module_utils.runs.run_lock import parse_stat, playbook_process, run_gone
 
 
 def _read(path):

@@ -100,7 +100,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.run_lock import busy_message, describe_holder, lock_record, lock_state, parse_lock
+from ansible.module_utils.runs.run_lock import busy_message, describe_holder, lock_record, lock_state, parse_lock
 
 
 def read_lock(path):

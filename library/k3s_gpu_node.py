@@ -102,9 +102,9 @@ message:
 
 import os
 
-from ansible.module_utils.atomic_file import read_text
+from ansible.module_utils.runs.atomic_file import read_text
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.k3s_node import (K3sError, advertised_resource, config_map, parse_version, runtime_class,
+from ansible.module_utils.containers.k3s_node import (K3sError, advertised_resource, config_map, parse_version, runtime_class,
                                            runtime_state, time_slicing_config)
 
 

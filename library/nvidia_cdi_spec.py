@@ -145,8 +145,8 @@ import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.atomic_file import backup_copy, read_text
-from ansible.module_utils.cdi_spec import (CDI_DIRS, FEATURE_NO_ADDITIONAL_GIDS, CdiSpecError, engine_compat,
+from ansible.module_utils.runs.atomic_file import backup_copy, read_text
+from ansible.module_utils.containers.cdi_spec import (CDI_DIRS, FEATURE_NO_ADDITIONAL_GIDS, CdiSpecError, engine_compat,
                                            engine_reads, parse_cdi_list, read_spec, shadowing, staleness,
                                            too_new_for, too_new_message, version_token)
 

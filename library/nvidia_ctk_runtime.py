@@ -135,10 +135,10 @@ import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.containerd_config import (
+from ansible.module_utils.containers.containerd_config import (
     DEFAULT_DROP_IN, ContainerdConfigError, config_version, imports_cover, other_dropins_above, parse_root, plan)
-from ansible.module_utils.daemon_json import DaemonJsonError, keep_features, parse, render
-from ansible.module_utils.atomic_file import read_text, write_atomic
+from ansible.module_utils.containers.daemon_json import DaemonJsonError, keep_features, parse, render
+from ansible.module_utils.runs.atomic_file import read_text, write_atomic
 
 
 def ctk_dry_run(module, ctk, runtime, config_path, extra):

@@ -65,7 +65,7 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.dev_char import is_nvidia_node, plan, wanted_links
+from ansible.module_utils.containers.dev_char import is_nvidia_node, plan, wanted_links
 
 
 def char_nodes(dev):

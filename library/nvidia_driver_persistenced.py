@@ -103,8 +103,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.atomic_file import read_text, write_atomic
-from ansible.module_utils.persistenced_unit import analyse
+from ansible.module_utils.runs.atomic_file import read_text, write_atomic
+from ansible.module_utils.driver.persistenced_unit import analyse
 
 
 def unit_file(unit, unit_dirs):

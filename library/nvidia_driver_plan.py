@@ -319,7 +319,7 @@ import platform
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.driver_choice import (
+from ansible.module_utils.driver.driver_choice import (
     PREFERENCES, PREFERENCES_PARTS, DriverChoiceError, disruption, gpu_summary, hold_owners, operator_hold_error,
     operator_pin_error, operator_pins, parse_dpkg_owners, parse_dpkg_query, parse_dpkg_search,
     parse_kernel_images, parse_madison, plan, precheck, preference_files, reboot_decision, verify_installed)

@@ -78,8 +78,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.atomic_file import read_text, write_atomic
-from ansible.module_utils.driver_sources import SourcesError, components_of, enable_deb822, enable_one_line
+from ansible.module_utils.runs.atomic_file import read_text, write_atomic
+from ansible.module_utils.driver.driver_sources import SourcesError, components_of, enable_deb822, enable_one_line
 
 
 def main():

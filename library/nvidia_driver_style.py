@@ -80,7 +80,7 @@ min_branch:
 repository:
   description:
     - The host's CUDA repository - distro, arch, family (debian or ubuntu naming), url, key_url, key_file,
-      fingerprint (module_utils/cuda_repo.py); null when NVIDIA has none gpuhost knows for this host.
+      fingerprint (module_utils/driver/cuda_repo.py); null when NVIDIA has none gpuhost knows for this host.
   returned: success
   type: dict
 repository_error:
@@ -90,8 +90,8 @@ repository_error:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cuda_repo import CudaRepoError, archive_branches, auto_style, repository
-from ansible.module_utils.driver_choice import gpu_summary, min_branch
+from ansible.module_utils.driver.cuda_repo import CudaRepoError, archive_branches, auto_style, repository
+from ansible.module_utils.driver.driver_choice import gpu_summary, min_branch
 
 
 def decide(distribution, pci_devices, madison_text, cuda_repo_url=None, sources_pending=False, named_distro=None):

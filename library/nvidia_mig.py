@@ -21,7 +21,7 @@ description:
     already as declared is not touched. V(disabled) destroys a GPU's instances and turns MIG mode off.
   - C(nvidia-smi mig -lgip) cannot be read while MIG mode is off, so a GPU whose mode this run turns on is
     validated right after; a layout it cannot hold turns the mode off again before the refusal.
-  - The logic is module_utils/mig_apply.py, which the boot unit's script (role nvidia_mig) runs too.
+  - The logic is module_utils/gpu/mig_apply.py, which the boot unit's script (role nvidia_mig) runs too.
 version_added: "1.0.0"
 author:
   - gpuhost maintainers
@@ -76,7 +76,7 @@ after:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.mig_apply import MigError, apply, diff_text
+from ansible.module_utils.gpu.mig_apply import MigError, apply, diff_text
 
 
 def main():

@@ -47,7 +47,7 @@ fingerprints:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.openpgp import OpenPGPError, normalise, primary_fingerprints
+from ansible.module_utils.driver.openpgp import OpenPGPError, normalise, primary_fingerprints
 
 
 def main():

@@ -51,7 +51,7 @@ instances:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.vllm_plan import gpu_indexes
+from ansible.module_utils.serving.vllm_plan import gpu_indexes
 
 
 def main():

@@ -331,9 +331,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.vllm_plan import (PlanError, held_by_others, load_measurements, plan, plan_host,
+from ansible.module_utils.serving.vllm_plan import (PlanError, held_by_others, load_measurements, plan, plan_host,
                                             refuse_message)
-from ansible.module_utils.gpu_topology import placement_warnings
+from ansible.module_utils.gpu.gpu_topology import placement_warnings
 
 SINGLE = ("gpu_memory_mib", "gpu_reserved_mib", "gpu_name", "gpu_memory_utilization", "max_model_len",
           "model_dir", "weights_gib", "kv_bytes_per_token", "non_torch_gib", "activation_gib", "cuda_graph_gib",

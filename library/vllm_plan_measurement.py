@@ -95,8 +95,8 @@ import json
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.atomic_file import read_text, write_atomic
-from ansible.module_utils.vllm_plan import PlanError, after_starts, load_measurements
+from ansible.module_utils.runs.atomic_file import read_text, write_atomic
+from ansible.module_utils.serving.vllm_plan import PlanError, after_starts, load_measurements
 
 
 def previous_instances(text):

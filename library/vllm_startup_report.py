@@ -140,7 +140,7 @@ import shlex
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.vllm_log import parse
+from ansible.module_utils.serving.vllm_log import parse
 
 ARGUMENT_SPEC = dict(
     log=dict(type="str"),

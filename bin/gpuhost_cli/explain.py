@@ -20,7 +20,7 @@ input cannot be read or is not text (one line on stderr, or {"error": ...} with 
 import sys
 
 from gpuhost_cli.cli_io import read_input, run_subcommand
-from explain import ExplainError, explain, render_text
+from ansible.module_utils.diagnosis.explain import ExplainError, explain, render_text
 
 
 def _arguments(parser):

@@ -17,11 +17,11 @@ stderr, or {"error": ...} with --json).
 """
 import sys
 
-import fabric_manager
-import gpu_topology
-from host_parse import parse_lspci
+from ansible.module_utils.driver import fabric_manager
+from ansible.module_utils.gpu import gpu_topology
+from ansible.module_utils.gpu.host_parse import parse_lspci
 from gpuhost_cli.cli_io import read_input, run_subcommand
-from nvsmi_parse import ParseError, clean_text, detect_form
+from ansible.module_utils.gpu.nvsmi_parse import ParseError, clean_text, detect_form
 
 
 def report(data, lspci=None):

@@ -15,7 +15,7 @@ Exit 0 when the layout fits (or none was asked), 1 when it does not, 2 when an i
 """
 import sys
 
-import mig_parse
+from ansible.module_utils.gpu import mig_parse
 from gpuhost_cli.cli_io import UsageError, read_input, run_subcommand
 
 PARSERS = {"lgip": mig_parse.parse_lgip, "lgipp": mig_parse.parse_lgipp, "lgi": mig_parse.parse_lgi,

@@ -21,12 +21,12 @@ refuse); 2 on bad input, with one line on stderr (or {"error": ...} on stdout wi
 import json
 import sys
 
-import gpu_memory
-import k8s_manifest
-import k8s_plan
-import vllm_overheads
+from ansible.module_utils.gpu import gpu_memory
+from ansible.module_utils.serving import k8s_manifest
+from ansible.module_utils.serving import k8s_plan
+from ansible.module_utils.serving import vllm_overheads
 from gpuhost_cli.cli_io import Parser, UsageError, fail, read_input
-from vllm_plan import PlanError, plan, render_text, resolve_version
+from ansible.module_utils.serving.vllm_plan import PlanError, plan, render_text, resolve_version
 
 
 def _parser():

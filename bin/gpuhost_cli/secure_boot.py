@@ -19,7 +19,7 @@ an input cannot be read (one line on stderr, or {"error": ...} with --json).
 """
 import sys
 
-import secure_boot as sb
+from ansible.module_utils.driver import secure_boot as sb
 from gpuhost_cli.cli_io import read_input, run_subcommand
 
 

@@ -8,7 +8,7 @@ with one line on stderr.
 import json
 import sys
 
-import nvsmi_parse
+from ansible.module_utils.gpu import nvsmi_parse
 from gpuhost_cli.cli_io import UsageError, read_input
 
 USAGE = "usage: gpuhost smi [--json] FILE|-"

@@ -13,9 +13,9 @@ group, 2 when the input cannot be read (one line on stderr, or {"error": ...} wi
 """
 import sys
 
-import gpu_topology
+from ansible.module_utils.gpu import gpu_topology
 from gpuhost_cli.cli_io import UsageError, read_input, run_subcommand
-from nvsmi_parse import ParseError
+from ansible.module_utils.gpu.nvsmi_parse import ParseError
 
 
 def report(topo, tp=None):

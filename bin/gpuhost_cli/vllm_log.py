@@ -10,7 +10,7 @@ import json
 import sys
 
 from gpuhost_cli.cli_io import Parser, UsageError, read_input
-from vllm_log import parse, render_text
+from ansible.module_utils.serving.vllm_log import parse, render_text
 
 
 def main(argv):

@@ -3,7 +3,7 @@
 engine reads, and `nvidia-ctk cdi list` resolving the devices."""
 import re
 
-from ansible.module_utils.cdi_spec import (
+from ansible.module_utils.containers.cdi_spec import (
     CDI_DIRS, CdiSpecError, FEATURE_NO_ADDITIONAL_GIDS, engine_first_reading, engine_reads, parse_cdi_list,
     read_spec, shadowing, staleness, too_new_for, too_new_message)
 from ansible.module_utils.layers.base import DEFAULT_CDI_SPEC, _cmd, _grep, _lines, evidence, guarded, result

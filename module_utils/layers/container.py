@@ -3,9 +3,9 @@
 in one, which path --gpus took, and every running serving container still has its GPUs."""
 import json
 
-from ansible.module_utils import error_catalogue as catalogue
-from ansible.module_utils import gpus_path as gpus_path_mod
-from ansible.module_utils.nvsmi_parse import ParseError, parse_list
+from ansible.module_utils.diagnosis import error_catalogue as catalogue
+from ansible.module_utils.containers import gpus_path as gpus_path_mod
+from ansible.module_utils.gpu.nvsmi_parse import ParseError, parse_list
 from ansible.module_utils.layers.base import (
     DEFAULT_CDI_SPEC, DEFAULT_CHECK_IMAGE, DEFAULT_CUDA_PROBE_COMMAND, ENGINE_WORDS, REMEDY_INSTALL_TOOLKIT,
     TIMEOUT_RC, _cmd, _lines, _out, evidence, guarded, result)

@@ -3,9 +3,9 @@
 the next boot's module, the device nodes and NVML (userspace library against the kernel module)."""
 import re
 
-from ansible.module_utils import error_catalogue as catalogue
-from ansible.module_utils.host_parse import HostParseError, parse_proc_version
-from ansible.module_utils.secure_boot import module_signature_events, next_boot_problem
+from ansible.module_utils.diagnosis import error_catalogue as catalogue
+from ansible.module_utils.gpu.host_parse import HostParseError, parse_proc_version
+from ansible.module_utils.driver.secure_boot import module_signature_events, next_boot_problem
 from ansible.module_utils.layers.base import (
     DEFAULT_PROC_VERSION, MAX_EVIDENCE_LINES, _cmd, _grep, _kernel_log_unread, _lines, _out, evidence, guarded,
     result)

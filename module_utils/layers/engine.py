@@ -4,7 +4,7 @@ Kubernetes node, containerd answers `ctr version`."""
 import json
 import re
 
-from ansible.module_utils.daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
+from ansible.module_utils.containers.daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
 from ansible.module_utils.layers.base import (
     DEFAULT_DOCKER_CONFIG, TIMEOUT_RC, _cmd, _grep, _lines, _out, evidence, guarded, result)
 

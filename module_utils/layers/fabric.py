@@ -3,8 +3,8 @@
 GPU's fabric set up (State Completed, Status Success)."""
 import re
 
-from ansible.module_utils.driver_choice import upstream_version
-from ansible.module_utils.secure_boot import installed_packages
+from ansible.module_utils.driver.driver_choice import upstream_version
+from ansible.module_utils.driver.secure_boot import installed_packages
 from ansible.module_utils.layers.base import evidence, guarded, result
 
 FABRIC_MANAGER_SERVICE = "nvidia-fabricmanager"

@@ -2,7 +2,7 @@
 """Layer `health`: GPU memory held by processes that are gone, active throttle reasons, Xid errors since boot."""
 import re
 
-from ansible.module_utils import error_catalogue as catalogue
+from ansible.module_utils.diagnosis import error_catalogue as catalogue
 from ansible.module_utils.layers.base import (
     MAX_EVIDENCE_LINES, _cmd, _grep, _kernel_log_unread, _lines, evidence, guarded, result)
 
@@ -78,7 +78,7 @@ def check_throttle(facts, captures, benign=BENIGN_CLOCK_REASONS):
     return result("throttle", "health", "ok", "no throttling (gpu_idle aside)", ev=ev, data=data)
 
 
-# The Xid table and line pattern live in the one error table (module_utils/error_catalogue.py).
+# The Xid table and line pattern live in the one error table (module_utils/diagnosis/error_catalogue.py).
 XID_CATALOGUE = catalogue.XID_CATALOGUE
 XID_ACTIONS = catalogue.XID_ACTIONS
 _XID_SEVERITY = catalogue.XID_SEVERITY

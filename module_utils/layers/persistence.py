@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """Layer `persistence`: persistence mode on every GPU (nvidia-persistenced), and the declared MIG layout."""
-from ansible.module_utils.mig_apply import DISABLED as MIG_DISABLED, LayoutError, instance_names, normalise_layout
-from ansible.module_utils.mig_parse import parse_lgi
+from ansible.module_utils.gpu.mig_apply import DISABLED as MIG_DISABLED, LayoutError, instance_names, normalise_layout
+from ansible.module_utils.gpu.mig_parse import parse_lgi
 from ansible.module_utils.layers.base import _cmd, _grep, evidence, guarded, result
 
 REMEDY_PERSISTENCE = ("`systemctl enable --now nvidia-persistenced` (role nvidia_persistence, "

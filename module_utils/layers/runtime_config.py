@@ -2,9 +2,9 @@
 """Layer `runtime_config`: the nvidia runtime registered with the running engine (docker's daemon.json and
 `docker info`, containerd's merged config), and the /dev/char links a systemd reload needs."""
 
-from ansible.module_utils.containerd_config import runtime_binaries
-from ansible.module_utils.daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
-from ansible.module_utils.dev_char import missing as dev_char_missing, wanted_links as dev_char_links
+from ansible.module_utils.containers.containerd_config import runtime_binaries
+from ansible.module_utils.containers.daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
+from ansible.module_utils.containers.dev_char import missing as dev_char_missing, wanted_links as dev_char_links
 from ansible.module_utils.layers.base import (
     DEFAULT_DOCKER_CONFIG, DEFAULT_RUNTIME_BINARY, ENGINE_WORDS, REMEDY_CONFIGURE, REMEDY_INSTALL_TOOLKIT, _cmd,
     _lines, _out, evidence, guarded, result)

@@ -10,12 +10,12 @@ import os
 import shlex
 import stat as stat_mod
 
-from ansible.module_utils.cdi_spec import CDI_DIRS
-from ansible.module_utils.containerd_config import runtime_binaries
-from ansible.module_utils.daemon_json import DaemonJsonError, parse as parse_daemon_json
-from ansible.module_utils.dev_char import wanted_links as dev_char_links
-from ansible.module_utils.gpu_facts import build_facts, capture as capture_gpu
-from ansible.module_utils.secure_boot import boot_facts, capture as capture_boot
+from ansible.module_utils.containers.cdi_spec import CDI_DIRS
+from ansible.module_utils.containers.containerd_config import runtime_binaries
+from ansible.module_utils.containers.daemon_json import DaemonJsonError, parse as parse_daemon_json
+from ansible.module_utils.containers.dev_char import wanted_links as dev_char_links
+from ansible.module_utils.gpu.gpu_facts import build_facts, capture as capture_gpu
+from ansible.module_utils.driver.secure_boot import boot_facts, capture as capture_boot
 from ansible.module_utils.layers import registry
 from ansible.module_utils.layers.base import (
     DEFAULT_CDI_SPEC, DEFAULT_CHECK_IMAGE, DEFAULT_CONTAINERD_NAMESPACE, DEFAULT_CUDA_PROBE_COMMAND,

@@ -2,7 +2,7 @@
 """Layer `toolkit`: the NVIDIA Container Toolkit's packages, nvidia-ctk and the runtime hook."""
 import re
 
-from ansible.module_utils.nvsmi_parse import clean_text
+from ansible.module_utils.gpu.nvsmi_parse import clean_text
 from ansible.module_utils.layers.base import (
     DEFAULT_TOOLKIT_PACKAGES, REMEDY_INSTALL_TOOLKIT, _grep, _lines, _out, evidence, guarded, result)
 

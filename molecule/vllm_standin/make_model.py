@@ -5,7 +5,7 @@ Each directory is what vLLM reads before it touches a GPU: a config.json with th
 architecture's real values and one model.safetensors whose HEADER declares every tensor of the
 checkpoint with its real name, dtype, shape and data offsets. The data section is left out: the
 file is the 8-byte header length plus the JSON header (a few hundred KB instead of tens of GB).
-Only headers are ever read - by module_utils/safetensors_header.py in the memory plan and by the
+Only headers are ever read - by module_utils/serving/safetensors_header.py in the memory plan and by the
 stand-in - so the weight bytes both compute are the real checkpoint's. A real safetensors loader
 would reject these files (truncated data), which is the point: nothing can load them as weights.
 

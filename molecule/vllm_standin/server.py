@@ -22,7 +22,7 @@ At start it
      read-write mode: No space left on device (28)`;
   7. sizes the KV cache as vLLM 0.25.1 does - budget on CUDA's total, minus the weights, the
      profiling run's activation peak and non-torch memory, and the estimated CUDA-graph memory
-     (printed as 0.25.1 prints it) - with module_utils/vllm_plan.py's arithmetic (copied into the
+     (printed as 0.25.1 prints it) - with module_utils/serving/vllm_plan.py's arithmetic (copied into the
      image) and the figures its "profiling" measures (below); it fails as vLLM's
      check_enough_kv_cache_memory does when one max-length request does not fit;
   8. prints every line in the format of vLLM 0.2x (corpus 001/024/035), then serves /health,
@@ -49,16 +49,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 HERE = os.path.dirname(os.path.realpath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
-# The product's module_utils import each other as ansible.module_utils.<name>; in the image they lie next to
-# this file with the CLI's path helper, which serves them under that name (the unit tests' conftest does).
+# The product's module_utils, copied into the image next to this file with the CLI's path helper, which
+# serves them as ansible.module_utils.<package>.<name>, the one name they import each other by (the unit
+# tests' conftest serves them so too).
 if os.path.exists(os.path.join(HERE, "module_utils_path.py")):
     from module_utils_path import install  # noqa: E402
-    install(HERE)
+    install(os.path.join(HERE, "module_utils"))
 
-import vllm_overheads  # noqa: E402  (copied next to this file in the image, as are the next two)
-import nvsmi_parse  # noqa: E402
-import vllm_plan  # noqa: E402
-from safetensors_header import read_header, tensor_bytes, checkpoint_weight_bytes  # noqa: E402
+from ansible.module_utils.gpu import nvsmi_parse  # noqa: E402
+from ansible.module_utils.serving import vllm_overheads, vllm_plan  # noqa: E402
+from ansible.module_utils.serving.safetensors_header import (  # noqa: E402
+    checkpoint_weight_bytes, read_header, tensor_bytes)
 
 VLLM_VERSION = "0.25.1"
 GIB = 1024 ** 3

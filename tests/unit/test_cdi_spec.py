@@ -5,7 +5,7 @@ import os
 import pytest
 
 from conftest import FIXTURES
-from cdi_spec import CdiSpecError, parse_cdi_list, read_spec, shadowing, staleness
+from containers.cdi_spec import CdiSpecError, parse_cdi_list, read_spec, shadowing, staleness
 
 CTK = os.path.join(FIXTURES, "nvidia_ctk")
 

@@ -3,9 +3,9 @@ the cdi_spec check, and the error table's row for the engine's own text (tests/f
 import json
 import os
 
-import error_catalogue as catalogue
-import explain as ex
-import stack_check as sc
+from diagnosis import error_catalogue as catalogue
+from diagnosis import explain as ex
+from layers import stack_check as sc
 from conftest import FIXTURES
 from test_stack_check import DOCKER_INFO, PROBE_OPTS, containerd_host, healthy_host, spec_text
 

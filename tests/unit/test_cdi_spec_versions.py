@@ -5,7 +5,7 @@ import os
 import pytest
 
 from conftest import FIXTURES
-from cdi_spec import (FEATURE_NO_ADDITIONAL_GIDS, engine_compat, engine_first_reading, engine_reads, newer,
+from containers.cdi_spec import (FEATURE_NO_ADDITIONAL_GIDS, engine_compat, engine_first_reading, engine_reads, newer,
                       parse_version, read_spec, too_new_for, toolkit_has_feature_flag, toolkit_spec_version,
                       version_token)
 

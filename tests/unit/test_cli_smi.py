@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-import gpu_facts
+from gpu import gpu_facts
 from conftest import FIXTURES, ROOT
 from gpuhost_cli import smi as cli
 from test_nvidia_gpu_facts import fake_nvidia_smi, run_ansible, run_module

@@ -7,7 +7,7 @@ code's output. Version-3/4 configs are small inline ones: no real 2.x file was f
 """
 import pytest
 
-import containerd_config as cc
+from containers import containerd_config as cc
 from conftest import containerd_fixture as fixture
 
 DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"

@@ -6,9 +6,9 @@ import os
 import pytest
 
 from conftest import ANSIBLE, FIXTURES, run_ansible_module
-from converged import (differences, fingerprint, health_problems, parse_os_release, parse_systemctl_show,
+from runs.converged import (differences, fingerprint, health_problems, parse_os_release, parse_systemctl_show,
                        path_digests)
-from drift import parse_dpkg_status
+from diagnosis.drift import parse_dpkg_status
 
 HOST = os.path.join(FIXTURES, "host")
 

@@ -11,8 +11,8 @@ import os
 import pytest
 import yaml
 
-import cuda_requirement as cr
-import nvsmi_parse
+from containers import cuda_requirement as cr
+from gpu import nvsmi_parse
 from conftest import FIXTURES, ROOT, run_ansible_module
 
 REQUIRE = os.path.join(FIXTURES, "cuda_require")

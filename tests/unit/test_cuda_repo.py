@@ -1,4 +1,4 @@
-"""NVIDIA's CUDA repository naming (module_utils/cuda_repo.py) on real captures.
+"""NVIDIA's CUDA repository naming (module_utils/driver/cuda_repo.py) on real captures.
 
 tests/fixtures/cuda_repo/README.md names the sources (NVIDIA's debian12 repository as apt printed it
 on public hosts); docs/research/cuda-repo-packaging.md has the facts. The trixie madison capture in
@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-import cuda_repo as cr
-import driver_choice as dc
-import openpgp
+from driver import cuda_repo as cr
+from driver import driver_choice as dc
+from driver import openpgp
 from conftest import FIXTURES
 
 CUDA = os.path.join(FIXTURES, "cuda_repo")
@@ -165,7 +165,7 @@ def _style_module():
 
 
 def _blackwell_pci():
-    import host_parse as hp
+    from gpu import host_parse as hp
     text = load("lspci-nn-D_4xRTXPRO6000-server_rocky10.txt", os.path.join(FIXTURES, "host"))
     return hp.nvidia_gpus(hp.parse_lspci(text))
 
@@ -259,7 +259,7 @@ def _request(**kw):
 
 
 def _a100():
-    import host_parse as hp
+    from gpu import host_parse as hp
     return dc.gpu_summary(hp.nvidia_gpus(hp.parse_lspci(load("lspci-n_A100_gcp.txt", os.path.join(FIXTURES, "host")))))
 
 

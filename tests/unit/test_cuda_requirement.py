@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-import cuda_requirement as cr
-import nvsmi_parse
+from containers import cuda_requirement as cr
+from gpu import nvsmi_parse
 from conftest import FIXTURES, run_ansible_module
 
 REQUIRE = os.path.join(FIXTURES, "cuda_require")

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from conftest import FIXTURES
-from daemon_json import DaemonJsonError, changed_keys, keep_features, merge, parse, render
+from containers.daemon_json import DaemonJsonError, changed_keys, keep_features, merge, parse, render
 
 CTK = os.path.join(FIXTURES, "nvidia_ctk")
 REAL_OUTPUTS = [

@@ -1,4 +1,4 @@
-"""/dev/char links (module_utils/dev_char.py, library/nvidia_dev_char_links.py) on real link listings
+"""/dev/char links (module_utils/containers/dev_char.py, library/nvidia_dev_char_links.py) on real link listings
 (tests/fixtures/devchar/)."""
 import os
 import re
@@ -7,7 +7,7 @@ import stat
 import pytest
 import yaml
 
-import dev_char
+from containers import dev_char
 from conftest import FIXTURES, ROOT, run_ansible_module
 
 DEVCHAR = os.path.join(FIXTURES, "devchar")

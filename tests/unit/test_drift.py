@@ -2,7 +2,7 @@
 import os
 
 from conftest import FIXTURES
-from drift import AUTO, MANUAL, REBOOT, compare, parse_dpkg_status
+from diagnosis.drift import AUTO, MANUAL, REBOOT, compare, parse_dpkg_status
 
 RECORD = {
     "driver": {"version": "580.95.05", "packages": ["nvidia-driver-580-server-open"]},

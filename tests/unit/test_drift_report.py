@@ -1,6 +1,6 @@
 """Drift summaries: outcome per host, before → after per layer, escaping of host text."""
-from drift import compare
-from drift_report import exit_ok, host_outcome, render_html, render_markdown
+from diagnosis.drift import compare
+from diagnosis.drift_report import exit_ok, host_outcome, render_html, render_markdown
 
 RECORD = {"driver": {"version": "580.95.05", "packages": []}, "cdi": {"driver_version": "580.95.05"}}
 

@@ -1,4 +1,4 @@
-"""The nvidia_driver role's decisions (module_utils/driver_choice.py) on captured host outputs.
+"""The nvidia_driver role's decisions (module_utils/driver/driver_choice.py) on captured host outputs.
 
 tests/fixtures/host/README.md names the sources: real ubuntu-drivers and lspci outputs from public
 pages, and apt-cache / dpkg-query outputs captured on the molecule targets (real apt and dpkg, with
@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-import driver_choice as dc
-import host_parse as hp
+from driver import driver_choice as dc
+from gpu import host_parse as hp
 from conftest import FIXTURES
 
 HOST = os.path.join(FIXTURES, "host")

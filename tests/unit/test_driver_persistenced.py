@@ -1,7 +1,7 @@
 """nvidia-persistenced's packaged units and the drop-in that turns persistence mode on."""
 import os
 
-import persistenced_unit as pu
+from driver import persistenced_unit as pu
 from conftest import FIXTURES
 
 

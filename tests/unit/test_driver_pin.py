@@ -9,7 +9,7 @@ import re
 import jinja2
 
 from conftest import FIXTURES, ROOT
-from driver_choice import DRIVER_PACKAGE
+from driver.driver_choice import DRIVER_PACKAGE
 
 TEMPLATE = os.path.join(ROOT, "roles", "nvidia_driver", "templates", "apt-pin.pref.j2")
 

@@ -1,9 +1,9 @@
-"""Enabling non-free in a host's own Debian sources (module_utils/driver_sources.py)."""
+"""Enabling non-free in a host's own Debian sources (module_utils/driver/driver_sources.py)."""
 import os
 
 import pytest
 
-import driver_sources as ds
+from driver import driver_sources as ds
 from conftest import FIXTURES
 
 WANT = ["contrib", "non-free", "non-free-firmware"]

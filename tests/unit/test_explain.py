@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-import error_catalogue as catalogue
-import explain as ex
-import nvsmi_parse
-import stack_check
-import vllm_log
+from diagnosis import error_catalogue as catalogue
+from diagnosis import explain as ex
+from gpu import nvsmi_parse
+from layers import stack_check
+from serving import vllm_log
 from layers.registry import CATALOGUE_ORDER
 from conftest import CORPUS, FIXTURES, ROOT
 from test_stack_check import KMSG

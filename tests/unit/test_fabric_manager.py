@@ -5,10 +5,10 @@ id is the one docs/research/hgx-fabric-manager.md read in real lspci captures.
 """
 import pytest
 
-import fabric_manager as fm
-import gpu_topology as gt
+from driver import fabric_manager as fm
+from gpu import gpu_topology as gt
 from conftest import read_fixture
-from host_parse import parse_lspci
+from gpu.host_parse import parse_lspci
 
 
 @pytest.mark.parametrize("capture", ["lspci-n_A100_gcp.txt", "lspci-nn-D_GH200.txt",

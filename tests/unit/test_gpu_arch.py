@@ -1,7 +1,7 @@
 """The architecture table: ids and names from NVIDIA's compute capability page and pci.ids."""
 import pytest
 
-from gpu_arch import datacenter_class, lookup, normalise_device_id
+from gpu.gpu_arch import datacenter_class, lookup, normalise_device_id
 
 
 @pytest.mark.parametrize("device_id, family, arch, cc, branch, open_required", [

@@ -5,9 +5,9 @@ tests/fixtures/fabric/ (sources in its README.md). Expected values were read off
 """
 import pytest
 
-import gpu_topology as gt
+from gpu import gpu_topology as gt
 from conftest import read_fixture
-from nvsmi_parse import ParseError, TruncatedInput
+from gpu.nvsmi_parse import ParseError, TruncatedInput
 
 
 H200 = read_fixture("nvidia_smi", "062_")

@@ -1,4 +1,4 @@
-"""gpus_path (module_utils/gpus_path.py): which way docker's --gpus reaches the GPUs, legacy hook or CDI.
+"""gpus_path (module_utils/containers/gpus_path.py): which way docker's --gpus reaches the GPUs, legacy hook or CDI.
 
 Docker 29's behaviour is tested here at unit level only: the docker versions gpuhost runs on are Debian's
 (26.1.5+dfsg1 in trixie), which serve --gpus through the hook alone. The inputs are real captures
@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-import gpus_path as gp
-import stack_check as sc
+from containers import gpus_path as gp
+from layers import stack_check as sc
 from conftest import FIXTURES
 
 HERE = os.path.join(FIXTURES, "gpus_path")

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-import host_parse as h
+from gpu import host_parse as h
 from conftest import FIXTURES
 
 HOST = os.path.join(FIXTURES, "host")

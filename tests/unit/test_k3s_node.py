@@ -4,9 +4,9 @@ import os
 import pytest
 import yaml
 
-import containerd_config
-import k3s_node
-import k8s_manifest
+from containers import containerd_config
+from containers import k3s_node
+from serving import k8s_manifest
 from conftest import CORPUS, FIXTURES, fixture_path, read_fixture, run_ansible_module
 
 

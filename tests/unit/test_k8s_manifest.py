@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-import k8s_manifest as km
+from serving import k8s_manifest as km
 from conftest import FIXTURES
 
 K8S = os.path.join(FIXTURES, "k8s")

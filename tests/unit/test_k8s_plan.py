@@ -1,9 +1,9 @@
 """k8s_plan: which replicas can share one GPU, and the check of their memory (seed 003's L4)."""
 import pytest
 
-import gpu_memory
-import k8s_plan
-import vllm_plan as vp
+from gpu import gpu_memory
+from serving import k8s_plan
+from serving import vllm_plan as vp
 
 L4 = gpu_memory.device_memory("L4")  # 23,034 MiB - 434 reserved = 22,600 MiB CUDA total
 

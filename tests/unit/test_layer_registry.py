@@ -8,10 +8,10 @@ import tokenize
 
 import yaml
 
-import drift
-import error_catalogue
+from diagnosis import drift
+from diagnosis import error_catalogue
 import gpu_stack_check
-import report_render
+from diagnosis import report_render
 from conftest import ROOT
 from layers import registry, stack
 
@@ -180,3 +180,23 @@ def test_the_scan_finds_a_list_of_layers():
     assert list(_lists_of_layers(_python_code('LAYERS = ("driver", "fabric", "persistence", "docker")\n')))
     assert not list(_lists_of_layers(_python_code('# ("driver", "fabric", "persistence", "docker")\nx = 1\n')))
     assert list(_lists_of_layers(_yaml_code("tags: [driver, persistence, mig, docker]\n")))
+
+
+def _architecture_table():
+    rows = ["| layer | title | roles (tags) | check module | checks | drift repairs with | catalogue |",
+            "|---|---|---|---|---|---|---|"]
+    for layer in registry.REGISTRY:
+        roles = ", ".join("%s (%s)" % (role, layer.tags[min(i, len(layer.tags) - 1)])
+                          for i, role in enumerate(layer.roles)) or "-"
+        module = ("`layers/%s.py`" % layer.module) if layer.checks else "-"
+        rows.append("| `%s` | %s | %s | %s | %s | %s | %s |" % (
+            layer.name, layer.title, roles, module, ", ".join(layer.checks) or "-",
+            ", ".join(layer.repair) if layer.drift else "-", ", ".join(layer.catalogue) or "-"))
+    return rows
+
+
+def test_the_architecture_page_draws_the_registry():
+    with open(os.path.join(ROOT, "docs", "ARCHITECTURE.md"), encoding="utf-8") as handle:
+        text = handle.read()
+    table = text.split("<!-- registry table: start -->\n", 1)[1].split("\n<!-- registry table: end -->", 1)[0]
+    assert table.splitlines() == _architecture_table()

@@ -1,4 +1,4 @@
-"""module_utils/mig_apply.py (the nvidia_mig module and the boot script): driven through the simulated nvidia-smi
+"""module_utils/gpu/mig_apply.py (the nvidia_mig module and the boot script): driven through the simulated nvidia-smi
 (molecule/simulator/gpusim, whose MIG texts are checked against real captures in simulator/test_sim_mig.py), so each
 test runs the real command sequence against a GPU that refuses, pends and numbers instances as the captures show.
 Expected profile lists and instance ids come from the real H100 captures (tests/fixtures/mig/), not from this code."""
@@ -15,8 +15,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "module_utils"))
 sys.path.insert(0, os.path.join(HERE, "simulator"))
 
-import mig_apply  # noqa: E402
-import mig_parse  # noqa: E402
+from gpu import mig_apply  # noqa: E402
+from gpu import mig_parse  # noqa: E402
 from simhelpers import BIN, edit, make_state, run_smi  # noqa: E402
 from gpusim import ctl, mig as simmig, state as simstate  # noqa: E402
 
@@ -235,15 +235,28 @@ def test_boot_restores_the_layout(tmp_path):
     assert mig_apply.main([str(layout)], run=sim.run, out=out) == 0 and "(unchanged)" in out.getvalue()
 
 
+def _role_copies(task_name):
+    """The loop of the nvidia_mig role's task of that name."""
+    import yaml
+
+    def tasks(node):
+        for task in node if isinstance(node, list) else []:
+            yield task
+            yield from tasks(task.get("block"))
+    with open(os.path.join(ROOT, "roles", "nvidia_mig", "tasks", "main.yml"), encoding="utf-8") as handle:
+        return next(t["loop"] for t in tasks(yaml.safe_load(handle)) if t.get("name") == task_name)
+
+
 def test_boot_script_file_runs_with_the_copied_modules(tmp_path):
     """roles/nvidia_mig/files/gpuhost-mig-apply as the unit runs it: python3, GPUHOST_MIG_LIB, nvidia-smi on PATH."""
     state = tmp_path / "state.json"
     make_state(state, models=("h100",))
     lib = tmp_path / "lib"
     lib.mkdir()
-    for name in ("module_utils/mig_apply.py", "module_utils/mig_parse.py", "module_utils/nvsmi_parse.py",
-                 "module_utils/gpu_arch.py", "module_utils/error_catalogue.py", "bin/gpuhost_cli/module_utils_path.py"):
-        (lib / os.path.basename(name)).write_text(open(os.path.join(ROOT, name)).read())
+    for name in _role_copies("Copy the layout logic for the boot script"):   # what the role copies, as it lays them
+        (lib / name).parent.mkdir(exist_ok=True)
+        (lib / name).write_text(open(os.path.join(ROOT, "module_utils", name)).read())
+    (lib / "module_utils_path.py").write_text(open(os.path.join(ROOT, "bin", "gpuhost_cli", "module_utils_path.py")).read())
     layout = tmp_path / "layout.json"
     layout.write_text(json.dumps({"layout": {"0": ["2g.20gb", "2g.20gb", "2g.20gb"]}}))
     env = dict(os.environ, GPUSIM_STATE=str(state), GPUHOST_MIG_LIB=str(lib),

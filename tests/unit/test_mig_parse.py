@@ -9,8 +9,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import mig_parse as m
-import nvsmi_parse as n
+from gpu import mig_parse as m
+from gpu import nvsmi_parse as n
 from conftest import FIXTURES
 
 MIG = os.path.join(FIXTURES, "mig")

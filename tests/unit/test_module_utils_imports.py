@@ -116,7 +116,7 @@ def test_try_and_fallback_imports_bind_the_same_names(path):
 
 
 def test_the_name_check_sees_a_name_only_the_fallback_imports():
-    source = ("try:\n    from ansible.module_utils.vllm_plan import PlanError\n"
+    source = ("try:\n    from ansible.module_utils.serving.vllm_plan import PlanError\n"
               "except ImportError:  # plain import\n    from vllm_plan import OUTSIDE_BUDGET_MIB, PlanError\n"
               "try:\n    import tomllib\nexcept ImportError:\n    tomllib = None\n")
     assert import_fallbacks(source) == [(1, [], ["OUTSIDE_BUDGET_MIB"]), (5, [], [])]

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-import gpu_facts as gf
-import host_parse
-import nvsmi_parse
+from gpu import gpu_facts as gf
+from gpu import host_parse
+from gpu import nvsmi_parse
 from conftest import FIXTURES, MODULE_RUNNER, ROOT
 
 SMI = os.path.join(FIXTURES, "nvidia_smi")

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-import nvsmi_parse as n
+from gpu import nvsmi_parse as n
 from conftest import CORPUS, FIXTURES
 
 SMI_FIXTURES = os.path.join(FIXTURES, "nvidia_smi")

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-import nvsmi_parse as n
+from gpu import nvsmi_parse as n
 from conftest import FIXTURES
 
 SMI = os.path.join(FIXTURES, "nvidia_smi")

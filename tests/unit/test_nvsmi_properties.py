@@ -3,8 +3,8 @@ import os
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import host_parse
-import nvsmi_parse as n
+from gpu import host_parse
+from gpu import nvsmi_parse as n
 from conftest import FIXTURES
 
 SMI = os.path.join(FIXTURES, "nvidia_smi")

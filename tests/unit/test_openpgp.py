@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from openpgp import OpenPGPError, dearmor, normalise, primary_fingerprints
+from driver.openpgp import OpenPGPError, dearmor, normalise, primary_fingerprints
 
 GPG = shutil.which("gpg")
 

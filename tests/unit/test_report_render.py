@@ -1,4 +1,4 @@
-"""Fleet summaries of gpu_stack_check results (module_utils/report_render.py, library/gpuhost_report.py):
+"""Fleet summaries of gpu_stack_check results (module_utils/diagnosis/report_render.py, library/gpuhost_report.py):
 the host × layer table in Markdown and HTML, escaping of untrusted text, file names."""
 import html.parser
 import json
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-import report_render as rr
-import stack_check as sc
+from diagnosis import report_render as rr
+from layers import stack_check as sc
 from conftest import MODULE_RUNNER, ROOT
 
 MODULE = os.path.join(ROOT, "library", "gpuhost_report.py")

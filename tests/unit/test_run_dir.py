@@ -2,7 +2,7 @@
 import multiprocessing
 import os
 
-import atomic_file
+from runs import atomic_file
 
 
 def _take(args):

@@ -1,4 +1,4 @@
-"""One gpuhost run per host (module_utils/run_lock.py, library/gpuhost_run_lock.py,
+"""One gpuhost run per host (module_utils/runs/run_lock.py, library/gpuhost_run_lock.py,
 library/gpuhost_run_identity.py, playbooks/tasks/run-lock.yml): run by real ansible-playbook on localhost."""
 import json
 import os
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-import run_lock as rl
+from runs import run_lock as rl
 from conftest import ROOT
 
 PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")

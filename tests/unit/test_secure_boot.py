@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-import secure_boot as sb
-import stack_check as sc
+from driver import secure_boot as sb
+from layers import stack_check as sc
 from conftest import FIXTURES, ROOT
 
 SB = os.path.join(FIXTURES, "secure_boot")

@@ -1,4 +1,4 @@
-"""gpu_stack_check's decisions (module_utils/stack_check.py), each check on real outputs.
+"""gpu_stack_check's decisions (module_utils/layers/stack_check.py), each check on real outputs.
 
 Real outputs: tests/fixtures/nvidia_smi (nvidia-smi), host/ (lspci, /proc/driver/nvidia/version),
 nvidia_ctk/ (nvidia-ctk 1.20.0: CDI spec, `cdi list`, daemon.json). Where the corpus has no capture
@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-import stack_check as sc
+from layers import stack_check as sc
 from layers import health
-import gpus_path as gp
+from containers import gpus_path as gp
 from conftest import FIXTURES, MODULE_RUNNER, ROOT
 
 SMI = os.path.join(FIXTURES, "nvidia_smi")
@@ -774,7 +774,7 @@ def test_an_unreadable_kernel_log_is_one_warning_not_two():
 
 CONTAINERD = os.path.join(FIXTURES, "containerd")
 CTR_RUN = ("/usr/bin/ctr", "-n", "default", "run")
-import containerd_config  # noqa: E402  (module_utils on sys.path, as above)
+from containers import containerd_config  # noqa: E402  (module_utils on sys.path, as above)
 
 
 def containerd_host(dump="config-dump_nvidia-ctk-drop-in_containerd-1.7.24.toml"):
@@ -1027,8 +1027,8 @@ def test_gpus_path_skipped_without_docker():
 # ---------------------------------------------------------------------------------------------
 # The NVSwitch fabric (HGX hosts): real nvidia-smi -q Fabric blocks through gpu_topology's parser.
 
-import gpu_facts  # noqa: E402  (module_utils on sys.path, as above)
-import gpu_topology  # noqa: E402
+from gpu import gpu_facts  # noqa: E402  (module_utils on sys.path, as above)
+from gpu import gpu_topology  # noqa: E402
 
 FM_DPKG = "nvidia-fabricmanager-570\t570.133.20-0ubuntu1\tii \n"
 

@@ -4,9 +4,9 @@ whose binary is gone, and the explain table knowing dockerd's refusal."""
 import json
 import os
 
-import daemon_json as dj
-import explain as ex
-import stack_check as sc
+from containers import daemon_json as dj
+from diagnosis import explain as ex
+from layers import stack_check as sc
 from conftest import FIXTURES
 from test_stack_check import DOCKER_INFO, INFO_CMD, cap
 
@@ -116,7 +116,7 @@ def test_an_application_xid_is_not_a_hardware_fault():
 
 def test_mig_mode_is_seen():
     # corpus nvidia_smi/003: an H100 with MIG enabled (-q).
-    import nvsmi_parse
+    from gpu import nvsmi_parse
     with open(os.path.join(FIXTURES, "nvidia_smi", "003_q_590.48.01_H100-MIG_load.txt"), "rb") as handle:
         facts = nvsmi_parse.facts_from_output(handle.read())
     check = sc.check_hardware(facts, [], "")

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-import stack_check as sc
-import nvsmi_parse
+from layers import stack_check as sc
+from gpu import nvsmi_parse
 from conftest import FIXTURES, ROOT
 
 SMI = os.path.join(FIXTURES, "nvidia_smi")
@@ -150,7 +150,7 @@ def test_an_unreadable_declared_layout_is_a_warning(layout):
 # --- drift: a layout lost at a reboot is repairable by the nvidia_mig role -----------------------------------------
 
 def test_drift_names_a_lost_layout_and_a_run_repairs_it():
-    import drift
+    from diagnosis import drift
     check = sc.check_mig_layout({"0": ["3g.20gb", "3g.20gb", "1g.5gb"]}, A100_FACTS, A100_LGI)
     stack = sc.summarise([check])
     assert stack["failed_layer"] == "persistence"

@@ -11,7 +11,7 @@ from contextlib import redirect_stdout
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import vllm_log
+from serving import vllm_log
 from conftest import CORPUS, FIXTURES
 
 LOGS = os.path.join(FIXTURES, "vllm_logs")

@@ -9,8 +9,8 @@ from contextlib import redirect_stdout
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import safetensors_header as sth
-import vllm_plan as vp
+from serving import safetensors_header as sth
+from serving import vllm_plan as vp
 from conftest import FIXTURES
 
 MODELS = os.path.join(FIXTURES, "models")

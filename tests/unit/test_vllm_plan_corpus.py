@@ -1,6 +1,6 @@
 """The memory plan against real vLLM startup logs: one row per log whose configuration is known.
 
-Inputs are what the log prints (read with the product's parser, module_utils/vllm_log.py: vLLM
+Inputs are what the log prints (read with the product's parser, module_utils/serving/vllm_log.py: vLLM
 version, gpu_memory_utilization, max_model_len, the weights vLLM loaded) plus what the log or its
 source names and the parser does not read (GPU, tensor parallelism, arguments such as
 max_num_seqs, the sampler line "FlashInfer is not available", the model's public config.json).
@@ -25,10 +25,10 @@ import statistics
 
 import pytest
 
-import gpu_memory
-import vllm_log
-import vllm_overheads as vo
-import vllm_plan as vp
+from gpu import gpu_memory
+from serving import vllm_log
+from serving import vllm_overheads as vo
+from serving import vllm_plan as vp
 from conftest import FIXTURES
 
 CORPUS = "vllm_logs/"

@@ -8,10 +8,10 @@ import struct
 
 import pytest
 
-import gpu_memory
-import vllm_log
-import vllm_overheads as vo
-import vllm_plan as vp
+from gpu import gpu_memory
+from serving import vllm_log
+from serving import vllm_overheads as vo
+from serving import vllm_plan as vp
 from conftest import FIXTURES, run_ansible_module
 
 MODELS = os.path.join(FIXTURES, "models")
@@ -284,7 +284,7 @@ DGX1 = os.path.join(FIXTURES, "fabric", "topo-m_8xV100-DGX1_hybrid-cube-mesh_NV1
 def test_placement_warning_names_free_nvlink_gpus():
     """The DGX-1's hybrid cube mesh (real topo -m): GPU0 and GPU5 cross SYS; GPU0-3 and GPU4-7 are NVLink-joined
     fours. With GPU0 taken by another instance, the first free NVLink pair keeps GPU1 (its own) with GPU2."""
-    import gpu_topology
+    from gpu import gpu_topology
     with open(DGX1, encoding="utf-8") as handle:
         topo = gpu_topology.parse_topo_matrix(handle.read())
     warned = gpu_topology.placement_warnings(topo, [{"name": "tp2", "gpu_indexes": [0, 5]}])
@@ -301,7 +301,7 @@ def test_placement_warning_names_free_nvlink_gpus():
 
 
 def test_host_mode_module_warns_about_a_placement(models, tmp_path):
-    import gpu_topology
+    from gpu import gpu_topology
     with open(DGX1, encoding="utf-8") as handle:
         topo = gpu_topology.parse_topo_matrix(handle.read())
     gpus = [dict(H100, index=i) for i in range(8)]

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-import nvsmi_parse
-import vllm_plan as vp
+from gpu import nvsmi_parse
+from serving import vllm_plan as vp
 from conftest import FIXTURES
 from test_vllm_plan_host import instance, models  # noqa: F401  (models: the module's fixture)
 

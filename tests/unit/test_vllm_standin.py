@@ -1,6 +1,6 @@
 """The vLLM stand-in of the `vllm` scenario: its startup log, read by the product's own parser
-(module_utils/vllm_log.py), must say what vLLM would say - the stages, the failure kinds and
-stages, and KV figures equal to the memory plan's (module_utils/vllm_plan.py) for the same
+(module_utils/serving/vllm_log.py), must say what vLLM would say - the stages, the failure kinds and
+stages, and KV figures equal to the memory plan's (module_utils/serving/vllm_plan.py) for the same
 arguments; its line shapes must be the current vLLM's (corpus 001, v0.25.1); and its API must
 answer the role's check module (roles/vllm/library/vllm_api_check.py)."""
 import io
@@ -20,11 +20,11 @@ sys.path.insert(0, os.path.join(ROOT, "molecule", "vllm_standin"))
 sys.path.insert(0, os.path.join(ROOT, "roles", "vllm", "library"))
 
 import make_model  # noqa: E402
-import safetensors_header as sth  # noqa: E402
+from serving import safetensors_header as sth  # noqa: E402
 import server  # noqa: E402
 import vllm_api_check  # noqa: E402
-import vllm_log  # noqa: E402
-import vllm_plan as vp  # noqa: E402
+from serving import vllm_log  # noqa: E402
+from serving import vllm_plan as vp  # noqa: E402
 
 H100 = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "total_mib": 81559, "reserved_mib": 479, "used_mib": 0,
         "free_mib": 81559 - 479, "compute_cap": "9.0"}

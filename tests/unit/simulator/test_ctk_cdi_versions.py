@@ -17,7 +17,7 @@ for sub in ("module_utils",):
     if os.path.join(ROOT, sub) not in sys.path:
         sys.path.insert(0, os.path.join(ROOT, sub))
 
-from cdi_spec import read_spec  # noqa: E402
+from containers.cdi_spec import read_spec  # noqa: E402
 
 FLAG = "no-additional-gids-for-device-nodes"
 

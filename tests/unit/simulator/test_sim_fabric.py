@@ -4,8 +4,8 @@ import io
 import os
 import re
 
-import fabric_manager
-import gpu_topology
+from driver import fabric_manager
+from gpu import gpu_topology
 from simhelpers import corpus, host, make_state, run_smi
 from gpusim import boot, ctl, fabric, pci, state as st
 

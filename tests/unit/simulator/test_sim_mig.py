@@ -1,7 +1,7 @@
 """MIG in the simulator (gpusim/mig.py, smi.py, hook.py, cdi.py), checked against real captures: the outputs
 of the simulated `nvidia-smi` are compared with tests/fixtures/mig/ and the corpus (nvidia_smi/002, 003, 028,
 068), or with texts quoted verbatim in docs/research/mig.md, and parsed with the product's parsers
-(module_utils/mig_parse.py, nvsmi_parse.py)."""
+(module_utils/gpu/mig_parse.py, nvsmi_parse.py)."""
 import json
 import os
 import re

@@ -108,7 +108,7 @@ def test_catalogue_aliases_and_cuda():
 def test_firmware_secure_boot_is_the_efivarfs_file_the_product_reads(tmp_path, monkeypatch):
     """gpusim firmware secure-boot writes the SecureBoot variable as efivarfs shows it (the real hexdumps'
     06 00 00 00 01 / 00), which module_utils/secure_boot reads; none is a host booted without EFI."""
-    import secure_boot as sb
+    from driver import secure_boot as sb
     from gpusim import boot as bootmod, ctl
     path = str(tmp_path / "state.json")
     make_state(path)

@@ -1,4 +1,4 @@
-"""The simulator's outputs fed through the product's parsers (module_utils/nvsmi_parse.py): the facts
+"""The simulator's outputs fed through the product's parsers (module_utils/gpu/nvsmi_parse.py): the facts
 the product would derive from the simulated host must be the state's facts."""
 import os
 import sys

@@ -1,6 +1,6 @@
 """The simulated `nvidia-smi topo -m`, read back by the product's parser (gpu_topology) and compared with the
 real captures' layout (tests/fixtures/nvidia_smi/062 8x H200 NV18, 064 2x RTX 5090)."""
-import gpu_topology
+from gpu import gpu_topology
 from simhelpers import corpus, make_state, run_smi
 
 

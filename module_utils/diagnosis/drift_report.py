@@ -7,8 +7,8 @@ Input: {host: {"before": gpuhost_drift result, "after": gpuhost_drift result, "c
 {"unreachable": True, "msg": ...} for a host that could not be checked. Text from hosts is untrusted
 and escaped exactly as in the diagnosis summaries (report_render).
 """
-from ansible.module_utils.report_render import _CSS as CSS, esc, md_cell
-from ansible.module_utils.drift import LAYERS
+from ansible.module_utils.diagnosis.report_render import _CSS as CSS, esc, md_cell
+from ansible.module_utils.diagnosis.drift import LAYERS
 
 HEADINGS = {"runtime_config": "runtime config", "cdi": "CDI"}
 

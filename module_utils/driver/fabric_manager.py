@@ -12,7 +12,7 @@ Facts (docs/research/hgx-fabric-manager.md and tests/fixtures/fabric/README.md n
   Completed (gpu_topology.parse_fabric).
 """
 
-from ansible.module_utils.host_parse import parse_lspci
+from ansible.module_utils.gpu.host_parse import parse_lspci
 
 NVSWITCH_PCI_IDS = {"10de:1af1": "NVSwitch gen2 (HGX A100)", "10de:22a3": "NVSwitch gen3 (HGX H100/H200)"}
 

@@ -10,15 +10,15 @@ HostIO below), so the whole pipeline runs in unit tests and benchmarks on captur
 """
 import os
 
-from ansible.module_utils.nvsmi_parse import (
+from ansible.module_utils.gpu.nvsmi_parse import (
     COMPUTE_APPS_FIELDS, GPU_QUERY_FIELDS, GPU_QUERY_FIELDS_EXTENDED, ParseError,
     classify_error, merge_mig_listing, merge_processes, normalise, parse_compute_apps_csv, parse_error,
     parse_query_gpu_csv, parse_xml)
-from ansible.module_utils.host_parse import (
+from ansible.module_utils.gpu.host_parse import (
     HostParseError, driver_branch, nvidia_gpus, parse_lspci, parse_proc_version,
     pci_device_from_sysfs)
-from ansible.module_utils.fabric_manager import needs_fabric_manager, nvswitches
-from ansible.module_utils.gpu_topology import fabric_verdict, parse_fabric_xml, parse_topo_matrix
+from ansible.module_utils.driver.fabric_manager import needs_fabric_manager, nvswitches
+from ansible.module_utils.gpu.gpu_topology import fabric_verdict, parse_fabric_xml, parse_topo_matrix
 
 DEFAULT_PROC_VERSION_PATH = "/proc/driver/nvidia/version"
 SYSFS_PCI_DEVICES = "/sys/bus/pci/devices"

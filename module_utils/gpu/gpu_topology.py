@@ -25,7 +25,7 @@ What the real outputs show (../shared/corpus/nvidia_smi/055-067, tests/fixtures/
 import re
 import xml.etree.ElementTree as ET
 
-from ansible.module_utils.nvsmi_parse import (_Q_GPU, ParseError, TruncatedInput, _last_xml_document, _q_tree,
+from ansible.module_utils.gpu.nvsmi_parse import (_Q_GPU, ParseError, TruncatedInput, _last_xml_document, _q_tree,
                                               clean_text)
 
 # The columns after the devices, and the key each goes under.

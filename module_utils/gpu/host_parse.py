@@ -7,7 +7,7 @@ HostParseError; nothing else escapes for any input.
 """
 import re
 
-from ansible.module_utils.gpu_arch import lookup as arch_lookup
+from ansible.module_utils.gpu.gpu_arch import lookup as arch_lookup
 
 
 class HostParseError(ValueError):

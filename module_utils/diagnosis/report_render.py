@@ -11,7 +11,7 @@ script, style sheet, image or font from anywhere (inline CSS only, CSP `default-
 import html
 import re
 
-from ansible.module_utils.explain import ExplainError, explain
+from ansible.module_utils.diagnosis.explain import ExplainError, explain
 from ansible.module_utils.layers.registry import HEADINGS as LAYER_HEADINGS, STACK_LAYERS as LAYERS
 STATUS_WORDS = {"ok": "ok", "warn": "warn", "fail": "FAIL", "skipped": "skip"}
 UNKNOWN = "-"

@@ -6,8 +6,8 @@ under layers/ (hardware, driver, fabric, persistence, engine, toolkit, runtime_c
 health); layers/stack.py captures what the host says and runs them in the registry's order;
 docs/ARCHITECTURE.md draws the map. Nothing is defined here.
 """
-from ansible.module_utils.cdi_spec import read_spec  # noqa: F401
-from ansible.module_utils.gpu_facts import build_facts  # noqa: F401
+from ansible.module_utils.containers.cdi_spec import read_spec  # noqa: F401
+from ansible.module_utils.gpu.gpu_facts import build_facts  # noqa: F401
 from ansible.module_utils.layers.registry import DEFAULT_REQUIRED_LAYERS, STACK_LAYERS as LAYERS  # noqa: F401
 from ansible.module_utils.layers.registry import TITLES as LAYER_TITLES  # noqa: F401
 from ansible.module_utils.layers.base import (  # noqa: F401

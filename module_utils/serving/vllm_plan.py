@@ -30,9 +30,10 @@ import math
 import os
 import re
 
-from ansible.module_utils.safetensors_header import checkpoint_weight_bytes, SafetensorsError
-from ansible.module_utils import gpu_memory, vllm_overheads as vo
-from ansible.module_utils.nvsmi_parse import merge_mig_listing
+from ansible.module_utils.serving.safetensors_header import checkpoint_weight_bytes, SafetensorsError
+from ansible.module_utils.gpu import gpu_memory
+from ansible.module_utils.serving import vllm_overheads as vo
+from ansible.module_utils.gpu.nvsmi_parse import merge_mig_listing
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2

@@ -31,7 +31,7 @@ What the real outputs show (tests/fixtures/mig/README.md names them):
 """
 import re
 
-from ansible.module_utils.nvsmi_parse import ParseError, TruncatedInput, clean_text
+from ansible.module_utils.gpu.nvsmi_parse import ParseError, TruncatedInput, clean_text
 
 __all__ = (
     "ParseError", "TruncatedInput", "detect_mig_form", "parse_lgip", "parse_lgipp", "parse_lgi",

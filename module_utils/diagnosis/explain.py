@@ -3,17 +3,17 @@
 
 Pure stdlib, Python >= 3.9 (shipped to hosts as module_utils).
 
-One reader of the one error table (module_utils/error_catalogue.py): every line is cleaned of
+One reader of the one error table (module_utils/diagnosis/error_catalogue.py): every line is cleaned of
 terminal colours, CR, container and engine prefixes and log headers (vllm_log.clean_line), then
 matched against the table's entries; kernel-log Xid lines are read with the table's Xid catalogue;
-a vLLM startup log is also read whole by the startup report (module_utils/vllm_log.py), which knows
+a vLLM startup log is also read whole by the startup report (module_utils/serving/vllm_log.py), which knows
 failures no single line names (a negative KV share, a hard-wrapped error, blocks below one request).
 Findings are ranked by layer, bottom up (a broken driver explains a failed container, not the
 other way round), and each names its decisive line.
 """
-from ansible.module_utils import error_catalogue as catalogue
+from ansible.module_utils.diagnosis import error_catalogue as catalogue
 from ansible.module_utils.layers.registry import CATALOGUE_ORDER
-from ansible.module_utils.vllm_log import RE as VLLM_RE, clean_line, parse as parse_vllm_log
+from ansible.module_utils.serving.vllm_log import RE as VLLM_RE, clean_line, parse as parse_vllm_log
 
 MAX_INPUT_BYTES = 64 * 1024 * 1024
 MAX_QUOTE = 300

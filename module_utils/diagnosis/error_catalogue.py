@@ -270,7 +270,7 @@ ENTRIES = (
     _e("driver_files_missing", "cdi", r"no such file or directory",
        "a file the container needs is missing", "regenerate the CDI spec for the loaded driver", REPAIR_CDI,
        scopes={"container": "mount"}),
-    # --- the vLLM start (module_utils/vllm_log.py; corpus vllm_logs/) -----------------------------
+    # --- the vLLM start (module_utils/serving/vllm_log.py; corpus vllm_logs/) -----------------------------
     _e("shm_exhausted", "container",
        r"unable to open shared memory object|Error while creating shared memory segment|"
        r"failed to extend /dev/shm|posix_fallocate failed|(?:/dev/shm|shm|shared memory).*No space left on device",

@@ -11,7 +11,7 @@ import os
 import re
 import shlex
 
-from ansible.module_utils.vllm_plan import arg_values
+from ansible.module_utils.serving.vllm_plan import arg_values
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -17,19 +17,19 @@ import posixpath
 import re
 from functools import cmp_to_key
 
-from ansible.module_utils.cuda_repo import plan_packages as cuda_repo_packages
-from ansible.module_utils.driver_sources import SourcesError, paragraphs
-from ansible.module_utils.gpu_arch import lookup as arch_lookup
-from ansible.module_utils.host_parse import (
+from ansible.module_utils.driver.cuda_repo import plan_packages as cuda_repo_packages
+from ansible.module_utils.driver.driver_sources import SourcesError, paragraphs
+from ansible.module_utils.gpu.gpu_arch import lookup as arch_lookup
+from ansible.module_utils.gpu.host_parse import (
     HostParseError, package_traits, parse_ubuntu_drivers_devices)
-from ansible.module_utils.secure_boot import signed_modules_metapackage
+from ansible.module_utils.driver.secure_boot import signed_modules_metapackage
 
 
 class DriverChoiceError(ValueError):
     """The request cannot be served on this host; the message names the GPU, the branch and the fix."""
 
 
-# nvidia: NVIDIA's CUDA repository (module_utils/cuda_repo.py names its packages; request["cuda_repo_family"]
+# nvidia: NVIDIA's CUDA repository (module_utils/driver/cuda_repo.py names its packages; request["cuda_repo_family"]
 # debian|ubuntu says which naming the host's repository uses).
 STYLES = ("ubuntu", "debian", "nvidia")
 FLAVORS = ("server", "desktop")

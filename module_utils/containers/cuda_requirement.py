@@ -37,8 +37,8 @@ the first alternative that holds, so a malformed later term can go unnoticed the
 """
 import re
 
-from ansible.module_utils.driver_choice import compare_versions, version_branch
-from ansible.module_utils.gpu_arch import CONSUMER_BRANDS, datacenter_class
+from ansible.module_utils.driver.driver_choice import compare_versions, version_branch
+from ansible.module_utils.gpu.gpu_arch import CONSUMER_BRANDS, datacenter_class
 
 
 class CudaRequirementError(ValueError):

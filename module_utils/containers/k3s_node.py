@@ -17,8 +17,8 @@ Pure functions, stdlib only (shipped to hosts as module_utils). Facts (docs/rese
 """
 import re
 
-from ansible.module_utils.containerd_config import runtimes_in
-from ansible.module_utils.k8s_manifest import GPU_RESOURCE, SHARED_SUFFIX
+from ansible.module_utils.containers.containerd_config import runtimes_in
+from ansible.module_utils.serving.k8s_manifest import GPU_RESOURCE, SHARED_SUFFIX
 
 DATA_DIR = "/var/lib/rancher/k3s"
 # The first k3s release of each minor line on containerd 2.0; every minor line after 1.32 has it.

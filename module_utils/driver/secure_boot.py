@@ -22,7 +22,7 @@ docs/research/secure-boot-cuda-repo.md.
 """
 import re
 
-from ansible.module_utils import error_catalogue as catalogue
+from ansible.module_utils.diagnosis import error_catalogue as catalogue
 
 EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 SECUREBOOT_EFIVAR = "/sys/firmware/efi/efivars/SecureBoot-" + EFI_GLOBAL_GUID

@@ -28,8 +28,8 @@ GPUs the layout does not name are never touched. An empty list means MIG mode on
 import json
 import sys
 
-from ansible.module_utils import mig_parse
-from ansible.module_utils.nvsmi_parse import ParseError, parse_xml
+from ansible.module_utils.gpu import mig_parse
+from ansible.module_utils.gpu.nvsmi_parse import ParseError, parse_xml
 
 DISABLED = "disabled"
 LAYER = "MIG layer (nvidia_mig)"

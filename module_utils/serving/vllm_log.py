@@ -48,7 +48,7 @@ Message texts, as in vLLM's source (confirmed against vllm-project/vllm):
 """
 import re
 
-from ansible.module_utils import error_catalogue as catalogue
+from ansible.module_utils.diagnosis import error_catalogue as catalogue
 
 STAGES = ("engine_start", "weights_loaded", "memory_profiled", "kv_cache_allocated",
           "graphs_captured", "api_server_started")
@@ -193,7 +193,7 @@ def _find(key, message):
 
 
 # The failure kinds, in order (the first whose pattern matches a line names the failure): the
-# "vllm" scope of the one error table, module_utils/error_catalogue.py.
+# "vllm" scope of the one error table, module_utils/diagnosis/error_catalogue.py.
 FAILURE_ENTRIES = catalogue.in_scope("vllm")
 
 

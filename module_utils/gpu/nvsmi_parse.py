@@ -12,8 +12,8 @@ import csv
 import re
 import xml.etree.ElementTree as ET
 
-from ansible.module_utils import error_catalogue as catalogue
-from ansible.module_utils.gpu_arch import datacenter_class, lookup as arch_lookup, normalise_device_id
+from ansible.module_utils.diagnosis import error_catalogue as catalogue
+from ansible.module_utils.gpu.gpu_arch import datacenter_class, lookup as arch_lookup, normalise_device_id
 
 
 class ParseError(ValueError):

@@ -13,9 +13,9 @@ CUDA total (nvidia-smi's Total less the driver's Reserved) is what the processes
 all.  seed 003 states the budget as 0.40 x 23,034 MiB = 9,214 MiB (nvidia-smi's Total); the
 two differ by the 434 MiB the driver reserves on an L4 (gpu_memory catalogue).
 """
-from ansible.module_utils import vllm_overheads as vo
-from ansible.module_utils.k8s_manifest import SHARED_SUFFIX
-from ansible.module_utils.vllm_plan import (MAX_UTILIZATION, OUTSIDE_BUDGET_MIB, PlanError, budget_room,
+from ansible.module_utils.serving import vllm_overheads as vo
+from ansible.module_utils.serving.k8s_manifest import SHARED_SUFFIX
+from ansible.module_utils.serving.vllm_plan import (MAX_UTILIZATION, OUTSIDE_BUDGET_MIB, PlanError, budget_room,
                                             check_instances, even_share, resolve_version)
 
 

@@ -1,0 +1,2 @@
+# -*- coding: utf-8 -*-
+"""vLLM serving: the memory plan, vLLM's own overheads, its startup log, model headers, Kubernetes manifests."""
