@@ -34,3 +34,19 @@ def test_the_corpus_copy_is_complete():
     assert len(listed) > 100
     missing = [name for name in listed if not os.path.isfile(os.path.join(corpus, name))]
     assert not missing, missing
+
+
+def test_no_test_skips_for_want_of_the_product():
+    """A product module that moved must fail the tests that import it, not make them vanish as skips."""
+    ours = set()
+    for folder, dirs, files in os.walk(os.path.join(ROOT, "module_utils")):
+        ours.update(os.path.splitext(f)[0] for f in files if f.endswith(".py"))
+        ours.update(d for d in dirs if d != "__pycache__")
+    found = []
+    for path in _python_files("tests"):
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                for name in re.findall(r"importorskip\(\s*[\"']([\w.]+)[\"']", line):
+                    if name.split(".")[0] in ours or name.split(".")[-1] in ours:
+                        found.append("%s:%d: %s" % (os.path.relpath(path, ROOT), number, line.strip()))
+    assert not found, "\n".join(found)

@@ -11,9 +11,7 @@ import pytest
 
 from simhelpers import ROOT, corpus, edit, make_state, run_smi, st
 
-sys.path.insert(0, os.path.join(ROOT, "module_utils"))
-mig_parse = pytest.importorskip("mig_parse")
-nvsmi_parse = pytest.importorskip("nvsmi_parse")
+from gpu import mig_parse, nvsmi_parse  # noqa: E402  (the product's parsers: tests/conftest.py serves module_utils)
 
 from gpusim import boot as bootmod  # noqa: E402
 from gpusim import cdi as cdimod  # noqa: E402

@@ -1,14 +1,11 @@
 """The simulator's outputs fed through the product's parsers (module_utils/gpu/nvsmi_parse.py): the facts
 the product would derive from the simulated host must be the state's facts."""
-import os
-import sys
 
 import pytest
 
-from simhelpers import ROOT, make_state, run_smi, st
+from simhelpers import make_state, run_smi, st
 
-sys.path.insert(0, os.path.join(ROOT, "module_utils"))
-nvsmi_parse = pytest.importorskip("nvsmi_parse")
+from gpu import nvsmi_parse  # (the product's parser: tests/conftest.py serves module_utils)
 
 NAMES = ["NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA H100 80GB HBM3"]
 
