@@ -22,6 +22,15 @@ PARSERS = {"lgip": mig_parse.parse_lgip, "lgipp": mig_parse.parse_lgipp, "lgi": 
            "lci": mig_parse.parse_lci}
 
 
+def _headerless_lgip(text):
+    """The -lgip rows of an excerpt without the listing's title and header (a post that starts at a GPU's
+    first profile row), or []."""
+    try:
+        return mig_parse.parse_lgip(text)
+    except mig_parse.ParseError:
+        return []
+
+
 def read_listings(texts):
     """{form: rows} from the listings' texts; "No ... found" listings count as empty -lgi / -lci."""
     found = {}
@@ -29,10 +38,20 @@ def read_listings(texts):
         form = mig_parse.detect_mig_form(text)
         if form == "none_found":
             form = "lci" if "compute instance" in mig_parse.clean_text(text).lower() else "lgi"
+        if form is None:
+            rows = _headerless_lgip(text)
+            if rows:
+                found.setdefault("lgip", []).extend(rows)
+                continue
         if form not in PARSERS:
             raise mig_parse.ParseError("not an `nvidia-smi mig -lgip/-lgipp/-lgi/-lci` listing")
         found.setdefault(form, []).extend(PARSERS[form](text))
     return found
+
+
+def gpus_listed(found):
+    """The GPU indexes the listings name, in order."""
+    return sorted(set(row["gpu"] for rows in found.values() for row in rows if row.get("gpu") is not None))
 
 
 def report(found, gpu=0, layout=None):

@@ -29,21 +29,29 @@ def _text(path):
 
 def report(args):
     """The JSON object `gpuhost secure-boot --json` prints."""
-    state, lockdown = sb.effective_state(_text(args.sb_state) if args.sb_state else None,
-                                         _text(args.efivar) if args.efivar else None, None, _text(args.lockdown))
-    packages, modinfo = _text(args.packages), _text(args.modinfo)
-    source = sb.module_source(packages=packages, modinfo=modinfo, kver=args.running)
-    test_key = sb.parse_test_key(_text(args.test_key)) if args.test_key else None
+    return report_texts(sb_state=_text(args.sb_state), efivar=_text(args.efivar), lockdown=_text(args.lockdown),
+                        packages=_text(args.packages), modinfo=_text(args.modinfo), test_key=_text(args.test_key),
+                        kernel_log=_text(args.kernel_log), kernels=_text(args.kernels), dkms=_text(args.dkms),
+                        running=args.running, distribution=args.distribution, branch=args.branch)
+
+
+def report_texts(sb_state=None, efivar=None, lockdown=None, packages=None, modinfo=None, test_key=None,
+                 kernel_log=None, kernels=None, dkms=None, running=None, distribution=None, branch=None):
+    """report() from the outputs themselves (None for each one not given); `gpuhost smi` answers a pasted
+    mokutil output or lockdown file with it."""
+    state, lockdown = sb.effective_state(sb_state, efivar, None, lockdown)
+    source = sb.module_source(packages=packages, modinfo=modinfo, kver=running)
+    test_key = sb.parse_test_key(test_key) if test_key is not None else None
     verdict = sb.load_verdict(state, source["kind"], test_key["enrolled"] if test_key else None,
-                              args.distribution, args.branch)
-    events = sb.module_signature_events(_text(args.kernel_log)) if args.kernel_log else None
+                              distribution, branch)
+    events = sb.module_signature_events(kernel_log) if kernel_log is not None else None
     stranded = None
-    if args.kernels:
+    if kernels is not None:
         # The installed signed package names the branch and variant the other kernels need.
         signed = sb.signed_package(source["package"]) or {}
-        stranded = sb.stranded_kernels(_text(args.kernels), args.running, dkms_status=_text(args.dkms),
+        stranded = sb.stranded_kernels(kernels, running, dkms_status=dkms,
                                        packages=packages, module_kind=source["kind"],
-                                       branch=signed.get("branch") or args.branch,
+                                       branch=signed.get("branch") or branch,
                                        open_modules=signed.get("open", False), server=signed.get("server", True))
     return {"secure_boot": state, "lockdown": lockdown, "module": source, "mok": test_key, "loads": verdict["loads"],
             "reason": verdict["reason"], "fix": verdict["fix"], "console_required": verdict["console_required"],
@@ -57,6 +65,8 @@ def render_text(out):
         "module: %s%s" % (out["module"]["kind"] or "unknown",
                           " (%s)" % out["module"]["evidence"] if out["module"]["evidence"] else ""),
         "loads: %s: %s" % ({True: "yes", False: "no", None: "cannot tell"}[out["loads"]], out["reason"])]
+    if out["mok"] and out["mok"]["line"]:
+        lines.append("MOK: %s" % out["mok"]["line"])
     if out["fix"]:
         lines.append("fix: %s%s" % (out["fix"], " (at the console: MOK enrolment)" if out["console_required"] else ""))
     for line in out["kernel_log_rejections"] or ():

@@ -1,14 +1,30 @@
-"""gpuhost smi [--json] FILE|-  -- facts from a saved nvidia-smi output.
+"""gpuhost smi [--json] FILE|-  -- what a pasted nvidia-smi output says, whichever form and whatever part of it.
 
-The form (-q -x XML, -q text, --query-gpu / --query-compute-apps CSV, the default table, -L,
---version, or an error text) is detected from the content. Exit 0 when the input was read
-(whatever state it shows), 2 when it cannot be (unsupported form, truncated input, bad usage),
-with one line on stderr.
+Every nvidia-smi form of drivers 346 to 610 is told from the content and read: -q -x XML, -q text,
+--query-gpu / --query-compute-apps CSV, the default table, -L, --version, dmon, pmon, and the error texts
+(couldn't communicate with the driver, NVML driver/library version mismatch, Failed to initialize NVML, ...)
+as their state. An excerpt - a `grep -A`, a `head`, one GPU section of eight, a table cut by the terminal,
+an XML block without its document, a CSV after a shell prompt - is read as far as it goes: "partial" says
+so and a warning names what is missing.
+
+Outputs that another gpuhost command reads are answered with that command's reading, and the first line
+(`command` in --json) names it: `nvidia-smi topo -m` / `topo -p2p` (gpuhost topo), a Fabric excerpt of -q
+(gpuhost fabric), `nvidia-smi mig -lgip/-lgipp/-lgi/-lci` (gpuhost mig), `mokutil --sb-state`,
+`mokutil --test-key` and /sys/kernel/security/lockdown (gpuhost secure-boot). A -q or -q -x with Fabric
+blocks gets its facts and gpuhost fabric's reading. Any other text that holds a known GPU-stack error gets
+gpuhost explain's findings.
+
+Exit 0 when the input was read (whatever state it shows), 2 when it cannot be (no reader knows it,
+binary input, bad usage), with one line on stderr.
 """
 import json
+import re
 import sys
 
-from ansible.module_utils.gpu import nvsmi_parse
+from ansible.module_utils.diagnosis.explain import ExplainError, explain, render_text as explain_text
+from ansible.module_utils.driver import secure_boot as sb
+from ansible.module_utils.gpu import gpu_topology, nvsmi_parse
+from gpuhost_cli import fabric as fabric_cli, mig as mig_cli, secure_boot as secure_boot_cli, topo as topo_cli
 from gpuhost_cli.cli_io import UsageError, read_input
 
 USAGE = "usage: gpuhost smi [--json] FILE|-"
@@ -33,8 +49,11 @@ def _parse_args(argv):
 
 
 def cli_facts(facts):
-    """The JSON object `gpuhost smi --json` prints (normalised facts, CLI field names)."""
+    """The JSON object `gpuhost smi --json` prints for nvidia-smi's own forms (normalised facts, CLI field
+    names); answer() adds `command`, and `fabric` where the output has Fabric blocks."""
     return {
+        "command": "smi",
+        "partial": bool(facts.get("partial")),
         "state": facts["state"],
         "message": facts["message"],
         "form": facts["form"],
@@ -62,7 +81,7 @@ def _onoff(value):
 
 def text_summary(out):
     lines = ["state: %s%s" % (out["state"], " (%s)" % out["message"] if out["message"] else "")]
-    form = out["form"] + (" " + out["schema"] if out["schema"] else "")
+    form = out["form"] + (" " + out["schema"] if out["schema"] else "") + (" (partial)" if out["partial"] else "")
     lines.append("form: %s" % form)
     lines.append("driver: %s   CUDA (max supported by the driver): %s"
                  % (_fmt(out["driver_version"]), _fmt(out["cuda_version"])))
@@ -90,7 +109,135 @@ def text_summary(out):
                                                             _fmt(proc["used_mib"]), _fmt(proc["name"])))
     for warning in out["warnings"]:
         lines.append("warning: %s" % warning)
-    return "\n".join(lines) + "\n"
+    for finding in out.get("also") or ():
+        lines.append("the paste also says: [%s] %s - line %s: %s" % (finding["layer"], finding["kind"],
+                                                                      finding["line"], finding["quote"]))
+    text = "\n".join(lines) + "\n"
+    if out.get("fabric"):
+        text += "fabric (as `gpuhost fabric` reads it):\n" + _indent(fabric_cli.render_text(out["fabric"]))
+    return text
+
+
+def _indent(text):
+    return "".join("  " + line + "\n" for line in text.splitlines())
+
+
+# ---------------------------------------------------------------------------------------------
+# one door: which reader answers a pasted text
+
+# What each other reader is named by, in the reply's first line.
+READ_AS = {
+    "topo": "`nvidia-smi topo -m` (or `topo -p2p`)",
+    "fabric": "the Fabric blocks of `nvidia-smi -q`",
+    "mig": "`nvidia-smi mig` listings",
+    "secure-boot": "a Secure Boot output (mokutil, /sys/kernel/security/lockdown)",
+    "explain": "a text with known GPU-stack errors (no nvidia-smi output)",
+}
+_LOCKDOWN_FILE = re.compile(r"^\s*(?:\[?(?:none|integrity|confidentiality)\]?[ \t]*){2,3}\s*$")
+
+
+def _delegated(command, reading, render):
+    return {"command": command, "read_as": READ_AS[command], "reading": reading}, render
+
+
+def _topo(text):
+    try:
+        topo = gpu_topology.parse_topo_matrix(text)
+    except nvsmi_parse.ParseError:
+        return None
+    out = topo_cli.report(topo)
+    return _delegated("topo", out, topo_cli.render_text(out))
+
+
+def _mig(text):
+    try:
+        found = mig_cli.read_listings([text])
+    except (mig_cli.mig_parse.ParseError, ValueError):
+        return None
+    reports = [mig_cli.report(found, gpu) for gpu in mig_cli.gpus_listed(found) or [0]]
+    reading = {"listings": sorted(found), "gpus": reports}
+    return _delegated("mig", reading, "".join(mig_cli.render_text(r) for r in reports))
+
+
+def _secure_boot(text):
+    sb_state = sb.parse_sb_state(text)["line"] is not None
+    test_key = sb.parse_test_key(text)["line"] is not None
+    lockdown = bool(_LOCKDOWN_FILE.match(text)) and sb.parse_lockdown(text) is not None
+    if not (sb_state or test_key or lockdown):
+        return None
+    out = secure_boot_cli.report_texts(sb_state=text if sb_state else None, test_key=text if test_key else None,
+                                       lockdown=text if lockdown else None)
+    return _delegated("secure-boot", out, secure_boot_cli.render_text(out))
+
+
+def _fabric_report(text):
+    """gpuhost fabric's reading of the text's Fabric blocks, or None when it has none."""
+    try:
+        out = fabric_cli.report(text)
+    except nvsmi_parse.ParseError:
+        return None
+    return out if out["gpus"] else None
+
+
+def _findings(text):
+    try:
+        return explain(text)
+    except ExplainError:
+        return None
+
+
+def _smi(facts, text):
+    out = cli_facts(facts)
+    out["fabric"] = _fabric_report(text) if facts["form"] in ("q", "xml") else None
+    if facts["form"] == "error":
+        # The nvidia-smi error is often the symptom: what else the paste says (modprobe, the kernel log).
+        found = _findings(text)
+        out["also"] = [f for f in (found or {}).get("findings", [])
+                       if not (facts["message"] or "").startswith(f["meaning"])]
+    return out, text_summary(out)
+
+
+def _error_with_versions(text, partial):
+    """The nvidia-smi error text of a paste, with the driver and CUDA versions an earlier (cut) output in the
+    same paste shows."""
+    facts = nvsmi_parse.normalise(nvsmi_parse.parse_error(text))
+    if partial is not None:
+        for key in ("driver_version", "cuda_driver_version"):
+            if facts[key] is None and partial[key]:
+                facts[key] = partial[key]
+                facts["warnings"].append("%s from the nvidia-smi output cut short earlier in the paste" % key)
+    return facts
+
+
+def answer(data):
+    """(the JSON object, its text) that `gpuhost smi` prints for a pasted text; ParseError when no reader
+    knows it."""
+    text = nvsmi_parse.clean_text(data)
+    try:
+        return _smi(nvsmi_parse.facts_from_output(text), text)
+    except nvsmi_parse.ParseError as exc:
+        refusal = exc
+    for reader in (_topo, _mig, _secure_boot):
+        found = reader(text)
+        if found is not None:
+            return found
+    error = nvsmi_parse.classify_error(text) is not None
+    try:
+        partial = nvsmi_parse.facts_from_output(text, partial=True)
+    except nvsmi_parse.ParseError:
+        partial = None
+    fabric = _fabric_report(text)
+    if partial is not None and (partial["gpus"] or partial["processes"] or not (error or fabric)):
+        return _smi(partial, text)
+    if error:
+        return _smi(_error_with_versions(text, partial), text)
+    if fabric is not None:
+        return _delegated("fabric", fabric, fabric_cli.render_text(fabric))
+    found = _findings(text)
+    if found and found["findings"]:
+        return _delegated("explain", found, explain_text(found))
+    raise nvsmi_parse.ParseError("%s (nor the output of another command gpuhost reads: topo, fabric, mig, "
+                                 "mokutil; nor a known GPU-stack error)" % refusal)
 
 
 def _one_line(text):
@@ -113,15 +260,16 @@ def main(argv):
             sys.stderr.write("gpuhost smi: cannot read %s: %s\n" % (path, _one_line(exc.strerror or exc)))
             return 2
         try:
-            facts = nvsmi_parse.facts_from_output(data)
+            out, text = answer(data)
         except nvsmi_parse.ParseError as exc:
             sys.stderr.write("gpuhost smi: %s\n" % _one_line(exc))
             return 2
-        out = cli_facts(facts)
         if as_json:
             sys.stdout.write(json.dumps(out, indent=2, sort_keys=True) + "\n")
+        elif out["command"] == "smi":
+            sys.stdout.write(text)
         else:
-            sys.stdout.write(text_summary(out))
+            sys.stdout.write("read as %s: the reading of `gpuhost %s`\n%s" % (out["read_as"], out["command"], text))
         return 0
     except KeyboardInterrupt:
         sys.stderr.write("gpuhost smi: interrupted\n")

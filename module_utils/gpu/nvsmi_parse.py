@@ -7,8 +7,15 @@ normalise(), so they agree on the same input.
 
 Every public parser either returns a dict or raises ParseError (or a subclass); nothing else
 escapes for any input (property-tested).
+
+What an operator pastes is often less than a whole output: `head`, `grep -A`, one GPU of eight, a table
+cut by the terminal. The module refuses such captures (TruncatedInput: a cut capture must not read as a
+host with fewer GPUs), while `partial=True` (facts_from_output, parse_output and the form parsers;
+`gpuhost smi`) reads what is there and says so: facts["partial"] is True and a warning names what is
+missing.
 """
 import csv
+import html
 import re
 import xml.etree.ElementTree as ET
 
@@ -72,7 +79,7 @@ _BUS_ID_RE = re.compile(r"^" + _BUS_ID + r"$")
 _NA_VALUES = frozenset((
     "", "n/a", "na", "none", "not supported", "unknown error", "unknown", "insufficient permissions",
     "requested functionality has been deprecated", "not available in wddm driver model",
-    "gpu is lost", "-",
+    "gpu is lost", "-", "not found",
 ))
 
 
@@ -257,7 +264,18 @@ def _new_process():
 def _new_result(form):
     return {"form": form, "schema": None, "state": "ok", "message": None,
             "driver_version": None, "cuda_driver_version": None, "nvml_version": None,
-            "attached_gpus": None, "samples": 1, "gpus": [], "processes": [], "warnings": []}
+            "attached_gpus": None, "samples": 1, "gpus": [], "processes": [], "warnings": [],
+            "partial": False}
+
+
+def _cut_short(result, partial, message):
+    """A capture that stops early (or an excerpt): TruncatedInput, or with partial=True a note on the
+    facts read so far (result["partial"], and a warning naming what is missing)."""
+    if not partial:
+        raise TruncatedInput(message)
+    result["partial"] = True
+    result["warnings"].append("partial capture: %s; the facts cover only what was pasted"
+                              % message.replace(" (truncated?)", "").replace("; truncated?", ""))
 
 
 def _decode_reason_mask(raw):
@@ -398,19 +416,66 @@ def _drop_unused_sections(doc):
     return doc
 
 
-def parse_xml(data):
-    """`nvidia-smi -q -x` (DTD nvsmi_device_v10..v13) -> raw facts dict."""
+_XML_TOKEN = re.compile(r"<!--.*?-->|<\?.*?\?>|<![^>]*>|"
+                        r"<(/?)([A-Za-z_][\w.:-]*)((?:\s+[\w.:-]+\s*=\s*\"[^\"]*\")*)\s*(/?)>", re.S)
+_XML_ATTRIBUTE = re.compile(r"([\w.:-]+)\s*=\s*\"([^\"]*)\"")
+# Tags whose presence tells an excerpt of `-q -x` (the header, a <gpu> block) without its document.
+_XML_EXCERPT = re.compile(r"^[ \t]*<(?:gpu id=\"|driver_version>|cuda_version>|attached_gpus>|product_name>|"
+                          r"fb_memory_usage>)", re.M)
+
+
+def _lenient_xml_root(doc):
+    """An <nvidia_smi_log> element from the tags there are: an excerpt without its root, or a document cut
+    short (every element still open at the end is closed there; a stray closing tag is skipped)."""
+    root = ET.Element("nvidia_smi_log")
+    stack, pos = [root], 0
+    for match in _XML_TOKEN.finditer(doc):
+        between = doc[pos:match.start()]
+        pos = match.end()
+        if between.strip() and len(stack) > 1:
+            node = stack[-1]
+            node.text = (node.text or "") + html.unescape(between)
+        closing, tag, attributes, empty = match.group(1), match.group(2), match.group(3), match.group(4)
+        if not tag:
+            continue
+        if closing:
+            for depth in range(len(stack) - 1, 0, -1):
+                if stack[depth].tag == tag:
+                    del stack[depth:]
+                    break
+            continue
+        if tag == "nvidia_smi_log" and len(stack) == 1:
+            continue
+        node = ET.SubElement(stack[-1], tag, dict((k, html.unescape(v)) for k, v in
+                                                  _XML_ATTRIBUTE.findall(attributes or "")))
+        if not empty:
+            stack.append(node)
+    return root
+
+
+def parse_xml(data, partial=False):
+    """`nvidia-smi -q -x` (DTD nvsmi_device_v10..v13) -> raw facts dict. partial=True: an excerpt of the
+    document (no root) or a document cut short is read as far as it goes."""
     text = clean_text(data).strip()
     doc, samples = _last_xml_document(text)
+    cut = None
     try:
         root = ET.fromstring(_drop_unused_sections(doc))
     except ET.ParseError as exc:
-        raise TruncatedInput("XML is not well-formed (truncated or cut short?): %s" % exc)
+        if not partial:
+            raise TruncatedInput("XML is not well-formed (truncated or cut short?): %s" % exc)
+        root, cut = _lenient_xml_root(_drop_unused_sections(doc)), "the XML is an excerpt or cut short (%s)" % exc
     except Exception as exc:  # expat can also raise ValueError/LookupError on odd declarations
         raise ParseError("XML could not be read: %s" % exc)
     if root.tag != "nvidia_smi_log":
-        raise ParseError("XML root is <%s>, not <nvidia_smi_log>" % root.tag[:40])
+        if not partial:
+            raise ParseError("XML root is <%s>, not <nvidia_smi_log>" % root.tag[:40])
+        excerpt = ET.Element("nvidia_smi_log")
+        excerpt.append(root)
+        root, cut = excerpt, "the XML is an excerpt (its root is <%s>)" % root.tag[:40]
     result = _new_result("xml")
+    if cut:
+        _cut_short(result, partial, cut)
     result["samples"] = samples
     schema = re.search(r"nvsmi_device_(v\d+)\.dtd", doc[:400])
     result["schema"] = schema.group(1) if schema else None
@@ -575,8 +640,14 @@ def _q_gpu(section, index, bus_id):
     return gpu, processes, section_procs is not None
 
 
-def parse_q(data):
-    """`nvidia-smi -q` text -> raw facts dict."""
+def _has_facts(gpu):
+    return any(value not in (None, []) for key, value in gpu.items() if key != "index")
+
+
+def parse_q(data, partial=False):
+    """`nvidia-smi -q` text -> raw facts dict. partial=True: an excerpt (`grep -A`, `-d MEMORY` cut, one GPU
+    section of several, a section without its end) is read as far as it goes; an excerpt without any
+    'GPU <bus id>' line reads as one GPU whose index is unknown."""
     text = clean_text(data)
     root = _q_tree(text)
     result = _new_result("q")
@@ -594,18 +665,27 @@ def parse_q(data):
         if result["attached_gpus"] == 0:
             return result
         if "NVSMI LOG" not in text and result["driver_version"] is None:
-            raise UnsupportedForm("an excerpt of nvidia-smi -q (no 'GPU <bus id>' section): no device facts")
-        raise TruncatedInput("-q text has no 'GPU <bus id>' section (truncated?)")
+            if not partial:
+                raise UnsupportedForm("an excerpt of nvidia-smi -q (no 'GPU <bus id>' section): no device facts")
+            gpu, processes, _ = _q_gpu(root, None, None)
+            if _has_facts(gpu):
+                result["gpus"].append(gpu)
+                result["processes"].extend(processes)
+            _cut_short(result, partial, "an excerpt of nvidia-smi -q without its 'GPU <bus id>' line: which GPU "
+                                        "it shows is not known")
+            return result
+        _cut_short(result, partial, "-q text has no 'GPU <bus id>' section (truncated?)")
+        return result
     last_has_processes = True
     for index, (section, bus_id) in enumerate(sections):
         gpu, processes, last_has_processes = _q_gpu(section, index, bus_id)
         result["gpus"].append(gpu)
         result["processes"].extend(processes)
     if result["attached_gpus"] is not None and result["attached_gpus"] > len(sections):
-        raise TruncatedInput("-q text says %d attached GPUs but has %d GPU section(s) (truncated?)"
-                             % (result["attached_gpus"], len(sections)))
+        _cut_short(result, partial, "-q text says %d attached GPUs but has %d GPU section(s) (truncated?)"
+                   % (result["attached_gpus"], len(sections)))
     if not last_has_processes or result["gpus"][-1]["memory_total_mib"] is None:
-        raise TruncatedInput("-q text ends inside the last GPU section (no Processes entry; truncated?)")
+        _cut_short(result, partial, "-q text ends inside the last GPU section (no Processes entry; truncated?)")
     return result
 
 
@@ -785,8 +865,9 @@ def _table_processes(lines, start, result):
     return False
 
 
-def parse_table(data):
-    """The default `nvidia-smi` table -> raw facts dict (the last table when several are appended)."""
+def parse_table(data, partial=False):
+    """The default `nvidia-smi` table -> raw facts dict (the last table when several are appended).
+    partial=True: a table cut short (`| head`, a terminal's height) gives the GPU rows it has."""
     text = clean_text(data)
     lines = [line.strip() for line in text.split("\n")]
     starts = _table_snapshots(lines)
@@ -804,14 +885,22 @@ def parse_table(data):
     windows = any("Driver-Model" in line for line in lines[:12])
     head_end = next((i for i, line in enumerate(lines) if _is_rule(line) and "=" in line), None)
     if head_end is None:
-        raise TruncatedInput("table ends before its GPU rows (truncated?)")
+        _cut_short(result, partial, "table ends before its GPU rows (truncated?)")
+        return result
     blocks, pos, closed = _table_gpu_blocks(lines, head_end + 1)
     if not blocks:
-        raise TruncatedInput("table has no GPU rows (truncated?)")
+        _cut_short(result, partial, "table has no GPU rows (truncated?)")
+        return result
     if not closed:
-        raise TruncatedInput("table ends inside the GPU section (truncated?)")
+        _cut_short(result, partial, "table ends inside the GPU section (truncated?)")
     for n, block in enumerate(blocks):
-        result["gpus"].append(_table_gpu(block, n, windows))
+        try:
+            result["gpus"].append(_table_gpu(block, n, windows))
+        except ParseError:
+            if not partial or closed or n + 1 < len(blocks):
+                raise  # only the last GPU row of a table cut inside its GPU box may be cut
+    if not closed:
+        return result
     by_index = {gpu["index"]: gpu for gpu in result["gpus"]}
     procs_at = None
     i = pos
@@ -824,7 +913,8 @@ def parse_table(data):
             break
         i += 1
     if procs_at is None:
-        raise TruncatedInput("table ends before the Processes section (truncated?)")
+        _cut_short(result, partial, "table ends before the Processes section (truncated?)")
+        return result
     if not _table_processes(lines, procs_at + 1, result):
         result["warnings"].append("the Processes box is not closed: the process list may be cut short")
     return result
@@ -864,8 +954,9 @@ def csv_header_kind(line):
     return None
 
 
-def _split_header(rows, fields):
-    """(field names, data rows, samples): header given, or the first row, repeated headers dropped."""
+def _split_header(rows, fields, result=None, partial=False):
+    """(field names, data rows): header given, or the first row, repeated headers dropped. A row with
+    another number of fields is a cut capture: TruncatedInput, or with partial=True skipped (noted)."""
     if fields is not None:
         names = [_field_name(f) for f in fields]
         data = rows
@@ -877,9 +968,9 @@ def _split_header(rows, fields):
         data = [row for row in rows[1:] if row != header]
     for n, row in enumerate(data):
         if len(row) != len(names):
-            raise TruncatedInput("CSV row %d has %d fields, the header %d (truncated?)"
-                                 % (n + 1, len(row), len(names)))
-    return names, data
+            _cut_short(result if result is not None else _new_result("csv"), partial,
+                       "CSV row %d has %d fields, the header %d (truncated?)" % (n + 1, len(row), len(names)))
+    return names, [row for row in data if len(row) == len(names)]
 
 
 def _first(record, *names):
@@ -936,15 +1027,15 @@ def _csv_gpu(record, position):
     return gpu
 
 
-def parse_query_gpu_csv(data, fields=None):
+def parse_query_gpu_csv(data, fields=None, partial=False):
     """`--query-gpu=... --format=csv[,noheader][,nounits]` -> raw facts dict.
 
     With fields=None the first line is the header (repeated headers from a sampling loop are
     dropped). Repeated samples of the same GPU collapse to the latest one.
     """
     text = clean_text(data)
-    names, data_rows = _split_header(_csv_rows(text), fields)
     result = _new_result("csv_query_gpu")
+    names, data_rows = _split_header(_csv_rows(text), fields, result, partial)
     latest, order = {}, []
     for position, row in enumerate(data_rows):
         record = dict(zip(names, row))
@@ -966,7 +1057,7 @@ def parse_query_gpu_csv(data, fields=None):
     return result
 
 
-def parse_compute_apps_csv(data, fields=None):
+def parse_compute_apps_csv(data, fields=None, partial=False):
     """`--query-compute-apps=... --format=csv[,noheader][,nounits]` -> raw facts dict (processes only)."""
     text = clean_text(data)
     rows = _csv_rows(text)
@@ -975,7 +1066,7 @@ def parse_compute_apps_csv(data, fields=None):
         return result  # noheader output with no processes is empty
     if fields is None and rows and "no running" in ",".join(rows[0]).lower():
         return result
-    names, data_rows = _split_header(rows, fields)
+    names, data_rows = _split_header(rows, fields, result, partial)
     for row in data_rows:
         record = dict(zip(names, row))
         if "no running" in " ".join(row).lower():
@@ -1097,6 +1188,114 @@ _NO_FACTS = (
 )
 
 
+# dmon / pmon: a header line "# gpu pwr gtemp ..." (with -o DT: "#Date Time gpu ..."), a units line
+# "# Idx W C ...", then one row per GPU (pmon: per process) and sample; nvidia-smi repeats both header
+# lines every screenful. "-" is a value the GPU does not report (under MIG, sm and mem).
+# dmon column -> (GPU fact, converter); the other columns (mtemp, enc, dec, jpg, ofa, mclk, pclk, pviol,
+# tviol, bar1, sbecc, dbecc, pci, rxpci, txpci) have no GPU fact.
+_DMON_COLUMNS = {"pwr": ("power_draw_w", "float"), "gtemp": ("temperature_c", "int"),
+                 "temp": ("temperature_c", "int"), "sm": ("utilization_gpu", "int"),
+                 "mem": ("utilization_memory", "int"), "fb": ("memory_used_mib", "mib")}
+
+
+def _sampled_rows(text):
+    """(column names of the first '#' header line, data rows as token lists) of a dmon/pmon output."""
+    columns, rows = None, []
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            if columns is None:
+                columns = [name.lower() for name in stripped.lstrip("#").split()]
+            continue
+        if columns is not None:
+            rows.append(stripped.split())
+    if not columns or "gpu" not in columns:
+        raise ParseError("no '# gpu ...' header line of nvidia-smi dmon/pmon")
+    return columns, rows
+
+
+def _convert(kind, raw):
+    return {"float": _float, "int": _int, "mib": _mib}[kind](raw)
+
+
+def parse_dmon(data):
+    """`nvidia-smi dmon` -> raw facts dict: one GPU per index with its latest sample (power, temperature,
+    SM and memory utilisation, framebuffer used); samples = the most rows of one GPU. A time series names
+    no GPU model, UUID or memory total."""
+    columns, rows = _sampled_rows(clean_text(data))
+    result = _new_result("dmon")
+    latest, counts, skipped = {}, {}, 0
+    for tokens in rows:
+        record = dict(zip(columns, tokens))
+        index = _int(record.get("gpu")) if len(tokens) == len(columns) else None
+        if index is None:
+            skipped += 1
+            continue
+        latest[index] = record
+        counts[index] = counts.get(index, 0) + 1
+    if not latest:
+        raise TruncatedInput("nvidia-smi dmon output has no sample row (truncated?)")
+    for index, record in latest.items():
+        gpu = _new_gpu(index)
+        for column, (key, kind) in _DMON_COLUMNS.items():
+            if column in record and gpu[key] is None:
+                gpu[key] = _convert(kind, record[column])
+        result["gpus"].append(gpu)
+    result["samples"] = max(counts.values())
+    result["warnings"].append("nvidia-smi dmon: %d sample(s) per GPU, the latest reported; a time series names no "
+                              "GPU model, UUID or memory total (capture 'nvidia-smi -q -x' for those)"
+                              % result["samples"])
+    if skipped:
+        result["warnings"].append("%d dmon row(s) do not fit the header's %d columns and were skipped"
+                                  % (skipped, len(columns)))
+    return result
+
+
+def parse_pmon(data):
+    """`nvidia-smi pmon` -> raw facts dict: the GPUs by index and the processes each runs (pid, type, the
+    command name pmon prints, and framebuffer MiB with `-s m`), each with its latest sample."""
+    columns, rows = _sampled_rows(clean_text(data))
+    if "pid" not in columns:
+        raise ParseError("no 'pid' column: not nvidia-smi pmon output")
+    result = _new_result("pmon")
+    gpus, procs, counts, skipped = {}, {}, {}, 0
+    for tokens in rows:
+        if len(tokens) < len(columns):
+            skipped += 1
+            continue
+        # the command is the last column and may hold spaces
+        tokens = tokens[:len(columns) - 1] + [" ".join(tokens[len(columns) - 1:])]
+        record = dict(zip(columns, tokens))
+        index = _int(record.get("gpu"))
+        if index is None:
+            skipped += 1
+            continue
+        gpus.setdefault(index, _new_gpu(index))
+        pid = _int(record.get("pid"))
+        if pid is None:
+            continue  # "-": no process on this GPU in this sample
+        proc = procs.get((index, pid)) or _new_process()
+        proc["gpu_index"], proc["pid"] = index, pid
+        proc["type"] = _value(record.get("type"))
+        proc["name"] = _value(record.get("command"))
+        proc["used_mib"] = _mib(record.get("fb"))
+        procs[(index, pid)] = proc
+        counts[(index, pid)] = counts.get((index, pid), 0) + 1
+    if not gpus:
+        raise TruncatedInput("nvidia-smi pmon output has no sample row (truncated?)")
+    result["gpus"] = list(gpus.values())
+    result["processes"] = list(procs.values())
+    result["samples"] = max(counts.values()) if counts else 1
+    result["warnings"].append("nvidia-smi pmon: %d sample(s), the latest per process reported; pmon names no GPU "
+                              "model and truncates command names" % result["samples"])
+    if skipped:
+        result["warnings"].append("%d pmon row(s) do not fit the header's %d columns and were skipped"
+                                  % (skipped, len(columns)))
+    return result
+
+
 # ---------------------------------------------------------------------------------------------
 # form detection and normalisation
 
@@ -1109,7 +1308,7 @@ def detect_form(data):
     """
     text = clean_text(data)
     head = text.lstrip()[:2048]
-    if head.startswith("<?xml") or "<nvidia_smi_log" in text[:4096]:
+    if head.startswith("<?xml") or "<nvidia_smi_log" in text[:4096] or _XML_EXCERPT.search(head):
         return "xml"
     if _TABLE_HEADER.search(text):
         return "table"
@@ -1158,20 +1357,48 @@ def _headerless_fields(first_line):
     return None
 
 
-def _parse_csv_auto(text, kind):
+def _parse_csv_auto(text, kind, partial=False):
     first = next((line for line in text.split("\n") if line.strip()), "")
     fields = None if csv_header_kind(first) else _headerless_fields(first)
     if kind == "csv_query_gpu":
-        return parse_query_gpu_csv(text, fields)
-    return parse_compute_apps_csv(text, fields)
+        return parse_query_gpu_csv(text, fields, partial)
+    return parse_compute_apps_csv(text, fields, partial)
 
 
-def parse_output(data):
-    """Detect the form and parse it into a raw facts dict; ParseError for anything else."""
+def _embedded_csv(text):
+    """(line number, the CSV) of a --query-gpu / --query-compute-apps CSV inside a paste whose first line is
+    something else (a shell prompt, another command's output), or None. The CSV runs from its header line
+    to the first line with another number of commas that is not a repeated header."""
+    lines = text.split("\n")
+    for number, line in enumerate(lines):
+        if not csv_header_kind(line.strip()):
+            continue
+        block = [line]
+        for row in lines[number + 1:]:
+            if not row.strip() or row.count(",") != line.count(","):
+                break
+            block.append(row)
+        if len(block) > 1:
+            return number + 1, "\n".join(block) + "\n"
+    return None
+
+
+def parse_output(data, partial=False):
+    """Detect the form and parse it into a raw facts dict; ParseError for anything else.
+    partial=True: an excerpt or a capture cut short is read as far as it goes (facts["partial"])."""
     text = clean_text(data)
     if not text.strip():
         raise ParseError("empty input")
     form = detect_form(text)
+    if form is None and partial:
+        found = _embedded_csv(text)
+        if found is not None:
+            number, block = found
+            result = _parse_csv_auto(clean_text(block), "csv_query_gpu" if csv_header_kind(
+                block.split("\n", 1)[0].strip()) == "gpu" else "csv_compute_apps", partial)
+            result["warnings"].append("the CSV starts at line %d of the paste; the lines around it were not read"
+                                      % number)
+            return result
     if form is None:
         for regex, reason in _NO_FACTS:
             if regex.search(text):
@@ -1180,17 +1407,18 @@ def parse_output(data):
     if form == "csv_headerless":
         raise UnsupportedForm("CSV without a header line and not the module's field list: the columns "
                               "are unknown (capture with --format=csv, without noheader)")
-    if form in ("dmon", "pmon"):
-        raise UnsupportedForm("nvidia-smi %s output is a sampled time series without device "
-                              "identities; capture 'nvidia-smi -q -x' for facts" % form)
+    if form == "dmon":
+        return parse_dmon(text)
+    if form == "pmon":
+        return parse_pmon(text)
     if form == "xml":
-        return parse_xml(text)
+        return parse_xml(text, partial)
     if form == "table":
-        return parse_table(text)
+        return parse_table(text, partial)
     if form == "q":
-        return parse_q(text)
+        return parse_q(text, partial)
     if form in ("csv_query_gpu", "csv_compute_apps"):
-        return _parse_csv_auto(text, form)
+        return _parse_csv_auto(text, form, partial)
     if form == "list":
         return parse_list(text)
     if form == "version":
@@ -1221,9 +1449,11 @@ def _join_processes(result):
 
 def _memory_warnings(result):
     # Forms that never carry a process list cannot show a blind one.
-    if result["form"] in ("list", "version", "error", "csv_compute_apps", "csv_query_gpu") \
+    if result["form"] in ("list", "version", "error", "csv_compute_apps", "csv_query_gpu", "dmon") \
             and not result.get("processes_merged"):
         return
+    if result.get("partial") and not result["processes"]:
+        return  # an excerpt may stop before its process list
     used = [g["memory_used_mib"] for g in result["gpus"] if g["memory_used_mib"] is not None]
     held = sum(used)
     attributed = sum(p["used_mib"] or 0 for p in result["processes"])
@@ -1268,15 +1498,17 @@ def normalise(raw):
                 "memory not reported" % gpu["index"])
     _join_processes(result)
     _memory_warnings(result)
-    if result["state"] == "ok" and not result["gpus"] and result["form"] not in ("version", "csv_compute_apps"):
+    if result["state"] == "ok" and not result["gpus"] and result["form"] not in ("version", "csv_compute_apps") \
+            and not result.get("partial"):
         result["state"] = "error"
         result["message"] = "nvidia-smi listed no GPUs"
     return result
 
 
-def facts_from_output(data):
-    """Detect, parse and normalise one nvidia-smi output. Raises ParseError."""
-    return normalise(parse_output(data))
+def facts_from_output(data, partial=False):
+    """Detect, parse and normalise one nvidia-smi output. Raises ParseError. partial=True: read an excerpt or a
+    capture cut short as far as it goes (facts["partial"], a warning says what is missing)."""
+    return normalise(parse_output(data, partial))
 
 
 def merge_mig_listing(facts, listing):

@@ -49,8 +49,17 @@ EXPECTED = {
         processes=[(None, 21180, "/root/tools/memhog", 2296), (None, 21181, "/root/tools/memhog", 1272),
                    (None, 21198, "./gpu_burn", 7484)],
         process_bus="00000000:00:09.0"),
-    "006_dmon_590.48.01_H100-MIG_load.txt": dict(refused=n.UnsupportedForm, reason="dmon"),
-    "007_pmon_590.48.01_H100-MIG_load.txt": dict(refused=n.UnsupportedForm, reason="pmon"),
+    # dmon/pmon: a time series by GPU index; the last sample is reported. Under MIG sm and mem are "-".
+    "006_dmon_590.48.01_H100-MIG_load.txt": dict(
+        form="dmon", driver=None, samples=5,
+        gpus=[dict(index=0, name=None, mem=(None, None), power_draw_w=439.0, temperature_c=56,
+                   utilization_gpu=None, utilization_memory=None)],
+        processes=[], warning="5 sample(s) per GPU"),
+    # five samples of the same three processes; pmon prints no memory without -s m
+    "007_pmon_590.48.01_H100-MIG_load.txt": dict(
+        form="pmon", samples=5, gpus=[dict(index=0, name=None)],
+        processes=[(0, 21180, "memhog", None), (0, 21181, "memhog", None), (0, 21198, "gpu_burn", None)],
+        process_types=["C", "C", "C"]),
     "010_table_590.48.01_H200-MIG_load.txt": dict(
         form="table", driver="590.48.01", cuda="13.1",
         gpus=[dict(name="NVIDIA H200", mem=(16959, 143771), persistence=True, mig_mode=True,
@@ -85,7 +94,10 @@ EXPECTED = {
                    clocks_event_reasons_active=["gpu_idle"])],
         process_count=19, first_process=(0, 2140, "C:\\Windows\\System32\\dwm.exe", None),
         warning="WDDM"),
-    "017_dmon_590.48.01_H100_load.txt": dict(refused=n.UnsupportedForm, reason="dmon"),
+    "017_dmon_590.48.01_H100_load.txt": dict(
+        form="dmon", samples=5,
+        gpus=[dict(index=0, power_draw_w=636.0, temperature_c=65, utilization_gpu=100, utilization_memory=9)],
+        processes=[]),
     "018_table_590.48.01_H100_idle_no-processes.txt": dict(
         form="table", driver="590.48.01", cuda="13.1",
         gpus=[dict(name=H100, mem=(0, 81559), persistence=True, mig_mode=False)], processes=[]),
@@ -150,7 +162,12 @@ EXPECTED = {
     "035_table_550.144.03_A100-SXM4-40GB.txt": dict(
         form="table", driver="550.144.03", cuda="12.4",
         gpus=[dict(name="NVIDIA A100-SXM4-40GB", mem=(1, 40960), persistence=False)], processes=[]),
-    "037_dmon_extended-columns_pviol-tviol-pci.txt": dict(refused=n.UnsupportedForm, reason="dmon"),
+    # -s pucvmet columns: temp (not gtemp), fb 145 MB used; pviol/tviol/pci have no GPU fact
+    "037_dmon_extended-columns_pviol-tviol-pci.txt": dict(
+        form="dmon", samples=10,
+        gpus=[dict(index=0, power_draw_w=14.0, temperature_c=59, utilization_gpu=10, utilization_memory=4,
+                   memory_used_mib=145)],
+        processes=[]),
     "038_table_460.32.03_A100-PCIE-40GB_MIG-7x1g_old-layout.txt": dict(
         form="table", driver="460.32.03", cuda="11.2",
         gpus=[dict(name="A100-PCIE-40GB", mem=(13, 40536), persistence=False, mig_mode=True,
@@ -223,6 +240,7 @@ EXPECTED = {
         gpus=[dict(index=0, name="NVIDIA GeForce RTX 2070", mem=(827, 8192), memory_free_mib=7155,
                    utilization_gpu=11, utilization_memory=2, pci_bus_id="00000000:01:00.0")],
         processes=[]),
+    # refused as a capture; read with partial=True (test_partial_readings)
     "054_q-grep_clocks-throttle-reasons_old-naming_2018.txt": dict(
         refused=n.UnsupportedForm, reason="excerpt"),
     # Full -q of HGX / SXM boards: the Fabric section is read past (fabric facts are other work).
@@ -374,3 +392,79 @@ def test_corpus_file(name):
         assert all(p["pci_bus_id"] == want["process_bus"] for p in procs)
     if "warning" in want:
         assert any(want["warning"] in w for w in facts["warnings"]), facts["warnings"]
+
+
+# --- what an operator pastes: excerpts and captures cut short ------------------------------------------------
+# The module refuses them (a cut capture must not read as a host with fewer GPUs); partial=True (`gpuhost smi`)
+# reads what is there, sets partial and names what is missing. Values read off the files.
+MEMORY = os.path.join(FIXTURES, "nvidia_smi_memory")
+PARTIAL = {
+    # `-q` header and the first of 8 GPU sections, cut after ECC Mode (gpud's test fixture)
+    "nvidia_smi_memory/H100-80GB-HBM3_535.161.08.txt": dict(
+        form="q", driver="535.161.08", cuda="12.2", attached=8,
+        gpus=[dict(index=0, name=H100, mem=(0, 81559), memory_reserved_mib=551, memory_free_mib=81007,
+                   pci_bus_id="00000000:19:00.0")],
+        missing=("says 8 attached GPUs but has 1", "ends inside the last GPU section")),
+    # "CUDA Version : Not Found" on a vGPU host driver: no value
+    "nvidia_smi_memory/RTX-PRO-6000-Blackwell-Server_580.105.06.txt": dict(
+        form="q", driver="580.105.06", cuda=None, attached=4,
+        gpus=[dict(index=0, name="NVIDIA RTX PRO 6000 Blackwell Server Edition", mem=(5952, 97887),
+                   memory_reserved_mib=2288, uuid="GPU-0a5ba9ad-a575-72c7-d51d-3e726232cfd1")],
+        missing=("says 4 attached GPUs but has 1", "ends inside the last GPU section")),
+    # `-q -x` lines without their document: the header and one <gpu> of 2
+    "nvidia_smi_memory/L4_555.42.06.txt": dict(
+        form="xml", driver="555.42.06", cuda="12.5", attached=2,
+        gpus=[dict(index=0, name="NVIDIA L4", mem=(1, 23034), memory_reserved_mib=434, memory_free_mib=22601,
+                   pci_bus_id="00000000:01:00.0")],
+        missing=("the XML is an excerpt",)),
+    # the default table cut after the GPU's second row
+    "nvidia_smi_memory/A100-80GB-PCIe_550.90.12_table.txt": dict(
+        form="table", driver="550.90.12", cuda="12.4",
+        gpus=[dict(index=0, name="NVIDIA A100 80GB PCIe", mem=(437, 81920), utilization_gpu=100,
+                   power_draw_w=69.0, power_limit_w=300.0, temperature_c=32)],
+        missing=("ends inside the GPU section",)),
+    # DGX Spark: Memory-Usage "Not Supported", the table stops before Processes
+    "nvidia_smi_memory/GB10_580.126.09_table.txt": dict(
+        form="table", driver="580.126.09", cuda="13.0",
+        gpus=[dict(index=0, name="NVIDIA GB10", mem=(None, None), temperature_c=36, power_draw_w=3.0)],
+        missing=("ends before the Processes section",)),
+    # a script's NVML lines, then `$ nvidia-smi --query-gpu=...` and its CSV: [N/A] memory, 0 %, 11.17 W, 35
+    "nvidia_smi_memory/GB10_580.173.02.txt": dict(
+        form="csv_query_gpu", driver=None, partial=False,
+        gpus=[dict(index=0, mem=(None, None), utilization_gpu=0, power_draw_w=11.17, temperature_c=35)],
+        missing=(), warning="the CSV starts at line 8 of the paste"),
+    # `nvidia-smi -q | grep -A8 "Clocks Throttle Reasons"`: which GPU is not known
+    "nvidia_smi/054_q-grep_clocks-throttle-reasons_old-naming_2018.txt": dict(
+        form="q", driver=None, gpus=[dict(index=None, name=None, clocks_event_reasons_active=["gpu_idle"])],
+        missing=("without its 'GPU <bus id>' line",)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARTIAL))
+def test_partial_readings(name):
+    want = PARTIAL[name]
+    with open(os.path.join(FIXTURES, name), "rb") as handle:
+        data = handle.read()
+    if want.get("partial", True):
+        with pytest.raises(n.ParseError):
+            n.facts_from_output(data)
+    facts = n.facts_from_output(data, partial=True)
+    assert (facts["form"], facts["state"], facts["partial"]) == (want["form"], "ok", want.get("partial", True))
+    for key, fact in (("driver", "driver_version"), ("cuda", "cuda_driver_version"), ("attached", "attached_gpus")):
+        if key in want:
+            assert facts[fact] == want[key], key
+    assert len(facts["gpus"]) == len(want["gpus"])
+    for gpu, expected in zip(facts["gpus"], want["gpus"]):
+        _check_gpu(gpu, expected)
+    notes = [w for w in facts["warnings"] if w.startswith("partial capture: ")]
+    assert len(notes) == len(want["missing"]) and all(m in " ".join(notes) for m in want["missing"]), notes
+    if "warning" in want:
+        assert any(want["warning"] in w for w in facts["warnings"]), facts["warnings"]
+    # a cut capture is no evidence of missing processes (no 'GPUs hold ... MiB but no process' warning)
+    assert not any("no process is listed" in w for w in facts["warnings"])
+
+
+def test_partial_is_false_for_whole_captures():
+    for name in ("001_table_570.133.20_2xH100_no-processes.txt", "043_qx_590.44.01_RTX-PRO-6000-Blackwell_v13.xml",
+                 "003_q_590.48.01_H100-MIG_load.txt"):
+        assert n.facts_from_output(_load(name), partial=True) == n.facts_from_output(_load(name))

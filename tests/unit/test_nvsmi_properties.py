@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from gpu import host_parse
 from gpu import nvsmi_parse as n
 from conftest import FIXTURES
+from gpuhost_cli import smi as smi_cli
 
 SMI = os.path.join(FIXTURES, "nvidia_smi")
 HOST = os.path.join(FIXTURES, "host")
@@ -24,8 +25,17 @@ def _texts(directory):
 
 SMI_TEXTS = _texts(SMI)
 HOST_TEXTS = _texts(HOST)
+def _partial(parse):
+    def read(text):
+        return parse(text, partial=True)
+    return read
+
+
 SMI_PARSERS = (n.facts_from_output, n.parse_xml, n.parse_q, n.parse_table, n.parse_query_gpu_csv,
-               n.parse_compute_apps_csv, n.parse_list, n.parse_version, n.parse_error)
+               n.parse_compute_apps_csv, n.parse_list, n.parse_version, n.parse_error, n.parse_dmon, n.parse_pmon) + \
+    tuple(_partial(p) for p in (n.facts_from_output, n.parse_xml, n.parse_q, n.parse_table, n.parse_query_gpu_csv,
+                                n.parse_compute_apps_csv)) + \
+    (smi_cli.answer,)  # `gpuhost smi`'s one door: every reader it tries, and its refusal
 HOST_PARSERS = (host_parse.parse_proc_version, host_parse.parse_lspci,
                 host_parse.parse_ubuntu_drivers_devices)
 
