@@ -31,6 +31,13 @@ description:
     warns when an NVIDIA device node has no C(/dev/char) link (what such a reload needs);
     C(health) (GPU memory held by pids that do not exist,
     active throttle reasons other than C(gpu_idle), Xid errors in the kernel log since boot)."
+  - "Every layer that owns something on the host (the registry's C(owns)) is checked first by its generic
+    C(<layer>_basics) check: its packages installed (a held package counts), none left half done by dpkg
+    (C(iU), C(iF)), package sets at one version; its config files parse (C(daemon.json), the runtime's
+    C(config.toml), the CDI spec); free space where it writes (docker's data-root and C(/var/lib/gpuhost), and
+    C(no space left on device) in the engine's own failure); the users its units run as exist; its units not
+    masked, failed or restarting in a loop, with the journal's reason (C(journalctl -u UNIT -b -n 20)). A
+    generic cause is so named on its own layer, before that layer's checks see the symptom."
   - The first layer, in that order, with a failing check is returned as RV(failed_layer) and in
     RV(message), with its remedy.
   - Never fails the task because the host is broken (the diagnosis is the result), unless
@@ -295,6 +302,8 @@ xids:
 """
 
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible.module_utils.gpu.gpu_facts import module_host_io
@@ -352,6 +361,7 @@ def main():
         "mig_layout": params["mig_layout"],
     }
     io = module_host_io(module)
+    io.statvfs = os.statvfs   # free space where the layers write (the docker layer's data-root), read-only
     diagnosis = evaluate(capture(io, options), options)
     if params["fail_on_required"] and diagnosis["failed_layer"]:
         module.fail_json(msg=diagnosis["message"], changed=False, **dict((k, v) for k, v in diagnosis.items()

@@ -6,6 +6,7 @@ Inputs: the host's record (`ansible_local.gpuhost`, written by the roles), the l
 recorded serving containers. Output: per layer, what drifted and whether a drift run may repair it.
 """
 
+from ansible.module_utils.host.dpkg import FORMAT as DPKG_FORMAT, parse as parse_dpkg
 from ansible.module_utils.layers.registry import DRIFT_LAYERS as LAYERS
 
 # How a drift run may deal with a finding: `auto` through the roles' own tasks and handlers (runtime
@@ -32,18 +33,11 @@ def _stack_check(stack, name):
     return {}
 
 
-DPKG_FORMAT = "${Package}\\t${Version}\\t${db:Status-Want}\\t${db:Status-Status}\\n"
-
-
 def parse_dpkg_status(stdout):
-    """{package: {"version": v, "want": w, "status": s}} from
-    `dpkg-query -W -f='${Package}\\t${Version}\\t${db:Status-Want}\\t${db:Status-Status}\\n' PKG...`."""
-    packages = {}
-    for line in (stdout or "").splitlines():
-        fields = line.split("\t")
-        if len(fields) >= 4 and fields[0]:
-            packages[fields[0]] = {"version": fields[1], "want": fields[2], "status": fields[3]}
-    return packages
+    """{package: {"version", "want", "status", ...}} (dpkg's words: want hold/install, status installed...) of
+    `dpkg-query -W -f=DPKG_FORMAT PKG...`, read by the one dpkg parser (host/dpkg.py); a version dpkg does not
+    know reads '' as the fingerprint has always recorded it."""
+    return dict((name, dict(state, version=state["version"] or "")) for name, state in parse_dpkg(stdout).items())
 
 
 def driver_findings(record, stack, dpkg, allow_reboot, serving):

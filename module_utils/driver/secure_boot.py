@@ -23,6 +23,7 @@ docs/research/secure-boot-cuda-repo.md.
 import re
 
 from ansible.module_utils.diagnosis import error_catalogue as catalogue
+from ansible.module_utils.host.dpkg import installed_versions, parse as parse_dpkg, query_argv as dpkg_query_argv
 
 EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 SECUREBOOT_EFIVAR = "/sys/firmware/efi/efivars/SecureBoot-" + EFI_GLOBAL_GUID
@@ -185,10 +186,6 @@ _DKMS_PKG = re.compile(r"^(?:nvidia-dkms(?:-\d{3})?(?:-server)?(?:-open)?|nvidia
 _PREBUILT_PATH = re.compile(r"/lib/modules/[^/]+/kernel/nvidia-\d{3}[^/]*/")
 _DKMS_PATH = re.compile(r"/lib/modules/[^/]+/updates/dkms/")
 _MODINFO_FIELD = re.compile(r"^(filename|signer|vermagic|version):\s*(.*?)\s*$")
-# dpkg -l: "ii  <package>[:arch]  <version> ..."; dpkg-query -W -f '${Package}\t${Version}\t${db:Status-Abbrev}'
-_DPKG_L = re.compile(r"^(?P<status>[a-z][a-zA-Z ]?[a-zA-Z ]?)\s+(?P<pkg>[a-z0-9][a-z0-9.+-]*)(?::[a-z0-9]+)?\s+"
-                     r"(?P<version>\S+)")
-_DPKG_W = re.compile(r"^(?P<pkg>[a-z0-9][a-z0-9.+-]*)(?::[a-z0-9]+)?\t(?P<version>[^\t]*)\t(?P<status>\S+)")
 # dpkg -S / dpkg-query -S: "<package>[, <package>]: <path>"; a path no package owns: "dpkg-query: no path found ..."
 _DPKG_S = re.compile(r"^(?P<pkgs>[a-z0-9][a-z0-9.+:, -]*?): (?P<path>/\S+)$")
 
@@ -204,18 +201,9 @@ def parse_modinfo(text):
 
 
 def installed_packages(text):
-    """{package: version} of the installed ones in `dpkg -l` or `dpkg-query -W -f '${Package}\\t${Version}\\t
-    ${db:Status-Abbrev}\\n'` output (status ii/hi: installed, held or not; rc and the rest are not)."""
-    out = {}
-    for raw in _text(text).split("\n"):
-        line = raw.rstrip()
-        match = _DPKG_W.match(line) or _DPKG_L.match(line)
-        if not match:
-            continue
-        status = match.group("status").strip()
-        if len(status) >= 2 and status[1] == "i" and status[0] in "ih":
-            out[match.group("pkg")] = match.group("version")
-    return out
+    """{package: version} of the installed ones (held or not) in `dpkg -l` or `dpkg-query -W -f FORMAT` output,
+    read by the one dpkg parser (host/dpkg.py): removed (`rc`) and half-installed ones are not."""
+    return installed_versions(parse_dpkg(_text(text)))
 
 
 def _owner(dpkg_s):
@@ -557,7 +545,7 @@ def capture(io, distribution=None):
         caps["modinfo"] = out if rc == 0 else None
     dpkg_query = io.which("dpkg-query")
     if dpkg_query:
-        rc, out, _err = io.run([dpkg_query, "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"])
+        rc, out, _err = io.run(dpkg_query_argv(dpkg_query))
         caps["packages"] = out if rc == 0 else None
     dkms = io.which("dkms")
     if dkms:

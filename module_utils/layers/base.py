@@ -9,7 +9,8 @@ A check result is a dict:
 import re
 import shlex
 
-from ansible.module_utils.layers.registry import DEFAULT_REQUIRED_LAYERS, STACK_LAYERS as LAYERS, titles as layer_titles
+from ansible.module_utils.layers.registry import (
+    DEFAULT_REQUIRED_LAYERS, STACK_LAYERS as LAYERS, TOOLKIT_PACKAGES, titles as layer_titles)
 from ansible.module_utils.gpu.nvsmi_parse import clean_text
 
 STATUSES = ("ok", "warn", "fail", "skipped")
@@ -18,8 +19,7 @@ DEFAULT_CHECK_IMAGE = "nvcr.io/nvidia/cuda:12.9.1-base-ubuntu24.04"
 # CUDA, so only a CUDA program proves that CUDA initialises in a container (nvidia-uvm, the driver's CUDA).
 DEFAULT_CUDA_PROBE_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
 DEFAULT_CUDA_PROBE_COMMAND = ("/cuda-samples/vectorAdd",)
-DEFAULT_TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
-                            "libnvidia-container-tools", "libnvidia-container1")
+DEFAULT_TOOLKIT_PACKAGES = TOOLKIT_PACKAGES
 DEFAULT_CDI_SPEC = "/etc/cdi/nvidia.yaml"
 DEFAULT_DOCKER_CONFIG = "/etc/docker/daemon.json"
 DEFAULT_PROC_VERSION = "/proc/driver/nvidia/version"
@@ -188,3 +188,10 @@ class Context(object):
         if name not in self._done:
             self._done[name] = self._implementations[name](self)
         return self._done[name]
+
+    def memo(self, key, compute):
+        """compute() once per diagnosis (what several layers' checks read, e.g. the generic checks' inputs)."""
+        key = "memo:" + key
+        if key not in self._done:
+            self._done[key] = compute()
+        return self._done[key]

@@ -6,6 +6,7 @@ import re
 from ansible.module_utils.containers.cdi_spec import (
     CDI_DIRS, CdiSpecError, FEATURE_NO_ADDITIONAL_GIDS, engine_first_reading, engine_reads, parse_cdi_list,
     read_spec, shadowing, staleness, too_new_for, too_new_message)
+from ansible.module_utils.layers.generic import basics
 from ansible.module_utils.layers.base import DEFAULT_CDI_SPEC, _cmd, _grep, _lines, evidence, guarded, result
 
 REFRESH_ENV_FILE = "/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"
@@ -171,4 +172,4 @@ def _cdi_list(ctx):
     return guarded("cdi_list", "cdi", check_cdi_list, ctx.get("cdi_list"), ctx.get("ctk_path"))
 
 
-CHECKS = {"cdi_spec": _cdi_spec, "cdi_list": _cdi_list}
+CHECKS = {"cdi_basics": basics("cdi"), "cdi_spec": _cdi_spec, "cdi_list": _cdi_list}

@@ -6,6 +6,7 @@ import re
 from ansible.module_utils.diagnosis import error_catalogue as catalogue
 from ansible.module_utils.gpu.host_parse import HostParseError, parse_proc_version
 from ansible.module_utils.driver.secure_boot import module_signature_events, next_boot_problem
+from ansible.module_utils.layers.generic import basics
 from ansible.module_utils.layers.base import (
     DEFAULT_PROC_VERSION, MAX_EVIDENCE_LINES, _cmd, _grep, _kernel_log_unread, _lines, _out, evidence, guarded,
     result)
@@ -338,5 +339,5 @@ def _nvml(ctx):
     return guarded("nvml", "driver", check_nvml, ctx.facts, ctx.gpu)
 
 
-CHECKS = {"pci": _pci, "kernel_module": _kernel_module, "module_signature": _module_signature,
-          "next_boot": _next_boot, "device_nodes": _device_nodes, "nvml": _nvml}
+CHECKS = {"driver_basics": basics("driver"), "pci": _pci, "kernel_module": _kernel_module,
+          "module_signature": _module_signature, "next_boot": _next_boot, "device_nodes": _device_nodes, "nvml": _nvml}

@@ -5,6 +5,7 @@ import json
 import re
 
 from ansible.module_utils.containers.daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
+from ansible.module_utils.layers.generic import basics
 from ansible.module_utils.layers.base import (
     DEFAULT_DOCKER_CONFIG, TIMEOUT_RC, _cmd, _grep, _lines, _out, evidence, guarded, result)
 
@@ -195,4 +196,4 @@ def _engine(ctx):
                    ctx.get("runtime_bin_found"), ctx.opts["docker_config"])
 
 
-CHECKS = {"docker": _engine}
+CHECKS = {"docker_basics": basics("docker"), "docker": _engine}

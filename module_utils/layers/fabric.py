@@ -4,7 +4,8 @@ GPU's fabric set up (State Completed, Status Success)."""
 import re
 
 from ansible.module_utils.driver.driver_choice import upstream_version
-from ansible.module_utils.driver.secure_boot import installed_packages
+from ansible.module_utils.host import dpkg
+from ansible.module_utils.layers.generic import basics
 from ansible.module_utils.layers.base import evidence, guarded, result
 
 FABRIC_MANAGER_SERVICE = "nvidia-fabricmanager"
@@ -21,8 +22,8 @@ def check_fabric(fabric, nvswitch_addresses, packages_text, fm_active, loaded_ve
                "systemctl is-active %s" % FABRIC_MANAGER_SERVICE)
     fabric = fabric or {}
     gpus = fabric.get("gpus") or []
-    fm = dict((name, upstream_version(version)) for name, version in installed_packages(packages_text).items()
-              if _FM_PACKAGE.match(name))
+    installed = dpkg.installed_versions(dpkg.parse(packages_text))
+    fm = dict((name, upstream_version(version)) for name, version in installed.items() if _FM_PACKAGE.match(name))
     lines = ["%s: State %s, Status %s" % (f["pci_bus_id"] or "GPU %d" % i, f["state"], f["status"])
              for i, f in enumerate(gpus)][:8]
     lines += ["NVSwitch %s" % a for a in (nvswitch_addresses or [])[:4]]
@@ -76,4 +77,4 @@ def _fabric(ctx):
                    ctx.facts.get("driver_version_kernel"))
 
 
-CHECKS = {"fabric": _fabric}
+CHECKS = {"fabric_basics": basics("fabric"), "fabric": _fabric}

@@ -2,6 +2,7 @@
 """Layer `persistence`: persistence mode on every GPU (nvidia-persistenced), and the declared MIG layout."""
 from ansible.module_utils.gpu.mig_apply import DISABLED as MIG_DISABLED, LayoutError, instance_names, normalise_layout
 from ansible.module_utils.gpu.mig_parse import parse_lgi
+from ansible.module_utils.layers.generic import basics
 from ansible.module_utils.layers.base import _cmd, _grep, evidence, guarded, result
 
 REMEDY_PERSISTENCE = ("`systemctl enable --now nvidia-persistenced` (role nvidia_persistence, "
@@ -115,4 +116,5 @@ def _mig_layout(ctx):
                    ctx.get("mig_lgi"))
 
 
-CHECKS = {"persistence": _persistence, "mig_layout": _mig_layout}
+CHECKS = {"persistence_basics": basics("persistence"), "persistence": _persistence,
+          "mig_layout": _mig_layout}

@@ -5,6 +5,7 @@
 from ansible.module_utils.containers.containerd_config import runtime_binaries
 from ansible.module_utils.containers.daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
 from ansible.module_utils.containers.dev_char import missing as dev_char_missing, wanted_links as dev_char_links
+from ansible.module_utils.layers.generic import basics
 from ansible.module_utils.layers.base import (
     DEFAULT_DOCKER_CONFIG, DEFAULT_RUNTIME_BINARY, ENGINE_WORDS, REMEDY_CONFIGURE, REMEDY_INSTALL_TOOLKIT, _cmd,
     _lines, _out, evidence, guarded, result)
@@ -131,4 +132,5 @@ def _dev_char(ctx):
     return guarded("dev_char", "runtime_config", check_dev_char, ctx.get("nodes"), ctx.get("dev_char_links"))
 
 
-CHECKS = {"runtime": _runtime, "dev_char": _dev_char}
+CHECKS = {"runtime_config_basics": basics("runtime_config"), "runtime": _runtime,
+          "dev_char": _dev_char}

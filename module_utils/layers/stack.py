@@ -7,6 +7,7 @@ Pure stdlib, no Ansible imports but module_utils. The module gpu_stack_check cap
 registry names it), each a pure function of the captures, unit-tested on real outputs.
 """
 import os
+import posixpath
 import shlex
 import stat as stat_mod
 
@@ -16,6 +17,7 @@ from ansible.module_utils.containers.daemon_json import DaemonJsonError, parse a
 from ansible.module_utils.containers.dev_char import wanted_links as dev_char_links
 from ansible.module_utils.gpu.gpu_facts import build_facts, capture as capture_gpu
 from ansible.module_utils.driver.secure_boot import boot_facts, capture as capture_boot
+from ansible.module_utils.host import dpkg, systemd
 from ansible.module_utils.layers import registry
 from ansible.module_utils.layers.base import (
     DEFAULT_CDI_SPEC, DEFAULT_CHECK_IMAGE, DEFAULT_CONTAINERD_NAMESPACE, DEFAULT_CUDA_PROBE_COMMAND,
@@ -25,11 +27,12 @@ from ansible.module_utils.layers.container import SERVING_LABEL
 from ansible.module_utils.layers.engine import (cdi_enabled, choose_engine, normalize_image_ref, parse_ctr_version,
                                                 parse_docker_info)
 from ansible.module_utils.layers.fabric import FABRIC_MANAGER_SERVICE
+from ansible.module_utils.layers.generic import DOCKER_ROOT_DEFAULT
 from ansible.module_utils.layers.health import BENIGN_CLOCK_REASONS
 from ansible.module_utils.layers.runtime_config import _char_numbers
 # Every check module the registry names (Ansible ships a module's module_utils by their static imports).
 from ansible.module_utils.layers import (  # noqa: F401  (looked up by name below)
-    cdi, container, driver, engine, fabric, hardware, health, persistence, runtime_config, toolkit)
+    cdi, container, driver, engine, fabric, generic, hardware, health, persistence, runtime_config, toolkit)
 
 
 def _implementations():
@@ -236,6 +239,7 @@ def capture(io, options=None):
     else:
         caps["container_cdi_skipped"] = "docker is not running (docker layer)"
     _capture_kernel_log(io, opts, caps)
+    _capture_basics(io, opts, caps, info)
     return caps
 
 
@@ -243,8 +247,7 @@ def _capture_toolkit(io, opts, caps):
     """The toolkit's packages and tools, the CDI specs and what nvidia-ctk lists (every engine)."""
     dpkg_query = io.which("dpkg-query")
     if dpkg_query:
-        caps["dpkg"] = _run(io, [dpkg_query, "-W", "-f", "${Package}\t${db:Status-Abbrev}\t${Version}\n"]
-                            + list(opts["toolkit_packages"]))
+        caps["dpkg"] = _run(io, dpkg.query_argv(dpkg_query, opts["toolkit_packages"]))
     ctk = io.which("nvidia-ctk")
     caps["ctk_path"] = ctk
     caps["hook_path"] = io.which("nvidia-container-runtime-hook")
@@ -284,6 +287,7 @@ def _capture_containerd(io, opts, caps, ctr):
     # CRI (enable_cdi) and the device plugin, which this check does not stand in for.
     caps["container_cdi_skipped"] = "no CDI container through ctr (containerd's CDI is the CRI's, for pods)"
     _capture_kernel_log(io, opts, caps)
+    _capture_basics(io, opts, caps, None)
     return caps
 
 
@@ -303,3 +307,52 @@ def _capture_kernel_log(io, opts, caps):
         if journal["rc"] == 0:
             journal["fallback_from"] = " ".join(_lines(_out(caps["kernel_log"]))[:1])
             caps["kernel_log"] = journal
+
+
+def _free_space(io, statvfs, path):
+    """Free bytes and inodes of the file system `path` is (or would be) on: its nearest existing directory."""
+    probe = path
+    while probe not in ("", "/") and not io.exists(probe):
+        probe = posixpath.dirname(probe)
+    try:
+        st = statvfs(probe or "/")
+    except (IOError, OSError):
+        return None
+    return {"path": path, "measured": probe or "/", "free": st.f_bavail * st.f_frsize,
+            "total": st.f_blocks * st.f_frsize, "free_inodes": st.f_favail, "inodes": st.f_files}
+
+
+def _capture_basics(io, opts, caps, info):
+    """What the layers' generic checks read (layers/generic.py), read-only: the registry's units (`systemctl show`,
+    `systemctl cat`, and the journal of a failed one), the users they run as (`getent passwd`), the free space
+    where the layers write (statvfs through io), the config files they own."""
+    owned = [layer.owns for layer in registry.REGISTRY if layer.owns]
+    systemctl = io.which("systemctl")
+    if systemctl:
+        caps["units_show"] = _run(io, systemd.show_argv(systemctl, [u.name for own in owned for u in own.units]))
+        shown = systemd.parse_show(caps["units_show"]["stdout"]) if caps["units_show"]["rc"] == 0 else {}
+        caps["units_cat"] = {}
+        for name, show in sorted(shown.items()):
+            if systemd.unit_state(show) not in (None, "not-found", "masked"):
+                cat = _run(io, systemd.cat_argv(systemctl, name))
+                if cat["rc"] == 0:
+                    caps["units_cat"][name] = cat["stdout"]
+        journalctl = io.which("journalctl")
+        caps["units_journal"] = dict(
+            (name, _run(io, systemd.journal_argv(journalctl, name))) for name, show in sorted(shown.items())
+            if journalctl and systemd.unit_state(show) in ("failed", "restarting"))
+    definitions = caps.get("units_cat") or {}
+    users = sorted(set(user for own in owned for u in own.units
+                       for user, _where in systemd.unit_users(definitions.get(u.name), u.user_option)))
+    getent = io.which("getent")
+    caps["users"] = dict((user, _run(io, [getent, "passwd", user]) if getent else None) for user in users)
+    if users and not getent:
+        caps["passwd"] = io.read("/etc/passwd")
+    caps["docker_root"] = (info or {}).get("DockerRootDir") or DOCKER_ROOT_DEFAULT
+    caps["engine_state"] = {"running": info is not None,
+                            "version": (info or {}).get("ServerVersion") or caps.get("dockerd_version")}
+    statvfs = getattr(io, "statvfs", None)
+    if statvfs is not None:
+        paths = [caps["docker_root"] if d.path == "docker_root" else d.path for own in owned for d in own.disks]
+        caps["disks"] = dict((path, _free_space(io, statvfs, path)) for path in paths)
+    caps["configs"] = dict((c.path, io.read(c.path)) for own in owned for c in own.configs if c.path)

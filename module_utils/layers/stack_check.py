@@ -3,8 +3,8 @@
 
 The layers themselves are declared once in layers/registry.py; each layer's checks live in its own module
 under layers/ (hardware, driver, fabric, persistence, engine, toolkit, runtime_config, cdi, container,
-health); layers/stack.py captures what the host says and runs them in the registry's order;
-docs/ARCHITECTURE.md draws the map. Nothing is defined here.
+health), each layer's generic `<layer>_basics` check in layers/generic.py; layers/stack.py captures what the
+host says and runs them in the registry's order; docs/ARCHITECTURE.md draws the map. Nothing is defined here.
 """
 from ansible.module_utils.containers.cdi_spec import read_spec  # noqa: F401
 from ansible.module_utils.gpu.gpu_facts import build_facts  # noqa: F401
@@ -22,6 +22,7 @@ from ansible.module_utils.layers.driver import (  # noqa: F401
 from ansible.module_utils.layers.engine import (  # noqa: F401
     cdi_enabled, check_docker, choose_engine, normalize_image_ref, parse_ctr_version, parse_docker_info)
 from ansible.module_utils.layers.fabric import check_fabric  # noqa: F401
+from ansible.module_utils.layers.generic import check_basics, host_inputs  # noqa: F401
 from ansible.module_utils.layers.hardware import check_hardware  # noqa: F401
 from ansible.module_utils.layers.health import (  # noqa: F401
     XID_ACTIONS, XID_CATALOGUE, check_throttle, check_xid, check_zombies, parse_xids)

@@ -3,22 +3,10 @@
 import re
 
 from ansible.module_utils.gpu.nvsmi_parse import clean_text
+from ansible.module_utils.host import dpkg
+from ansible.module_utils.layers.generic import basics
 from ansible.module_utils.layers.base import (
     DEFAULT_TOOLKIT_PACKAGES, REMEDY_INSTALL_TOOLKIT, _grep, _lines, _out, evidence, guarded, result)
-
-def parse_dpkg_query(stdout):
-    """`dpkg-query -W -f '${Package}\\t${db:Status-Abbrev}\\t${Version}\\n' P...` -> {pkg: version or None}.
-
-    A package whose status is not 'ii' (removed, config files only, half-installed) counts as absent.
-    """
-    found = {}
-    for line in (stdout or "").splitlines():
-        parts = line.split("\t")
-        if len(parts) < 3 or not parts[0].strip():
-            continue
-        name = parts[0].strip().split(":")[0]
-        found[name] = parts[2].strip() if parts[1].strip() == "ii" else None
-    return found
 
 
 def parse_ctk_version(text):
@@ -28,15 +16,21 @@ def parse_ctk_version(text):
 
 
 def check_toolkit(dpkg_cap, ctk_cap, ctk_path, hook_path, packages=DEFAULT_TOOLKIT_PACKAGES):
-    """Toolkit packages installed (pinned together), nvidia-ctk and the runtime hook present."""
+    """Toolkit packages installed (pinned together; held counts as installed), nvidia-ctk and the runtime hook
+    present. dpkg_cap: `dpkg-query -W -f FORMAT PACKAGE...` (host/dpkg.py)."""
     lines, problems, versions = [], [], {}
     if dpkg_cap is not None:
-        versions = parse_dpkg_query(dpkg_cap.get("stdout"))
+        states = dpkg.parse(dpkg_cap.get("stdout"))
+        versions = dpkg.installed_versions(states)
         lines += [l for l in _lines(dpkg_cap.get("stdout"))]
         lines += _grep(dpkg_cap.get("stderr"), r"no packages found")
-        absent = [p for p in packages if not versions.get(p)]
+        half = [p for p in packages if (states.get(p) or {}).get("half")]
+        absent = [p for p in packages if not versions.get(p) and p not in half]
         if absent:
             problems.append("not installed: %s" % ", ".join(absent))
+        if half:
+            problems.append("left half done by dpkg: %s" % ", ".join(
+                "%s %s" % (p, dpkg.describe(states[p])) for p in half))
     ctk_version = parse_ctk_version(_out(ctk_cap)) if ctk_cap else None
     if ctk_path:
         lines += _grep(_out(ctk_cap), r"version")[:1] or ["%s --version: %s" % (ctk_path, _lines(_out(ctk_cap))[:1])]
@@ -69,4 +63,4 @@ def _toolkit(ctx):
                    ctx.get("hook_path"), ctx.opts["toolkit_packages"])
 
 
-CHECKS = {"toolkit": _toolkit}
+CHECKS = {"toolkit_basics": basics("toolkit"), "toolkit": _toolkit}

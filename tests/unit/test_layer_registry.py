@@ -38,6 +38,20 @@ def test_every_check_is_implemented_by_its_layers_module():
             assert module.__name__.endswith("layers." + layer.module)
 
 
+def test_what_a_layer_owns_is_checked_first():
+    """Every layer that owns something gets its generic `<layer>_basics` check first, causes before symptoms."""
+    for layer in registry.REGISTRY:
+        generic = [c for c in layer.checks if c.endswith("_basics")]
+        assert generic == ([layer.name + "_basics"] if layer.owns else []), layer.name
+        assert not layer.owns or layer.checks[0] == layer.name + "_basics"
+    owned = dict((l.name, l.owns) for l in registry.REGISTRY if l.owns)
+    assert [u.name for own in owned.values() for u in own.units] == [
+        "nvidia-fabricmanager.service", "nvidia-persistenced.service", "docker.service"]
+    assert owned["toolkit"].packages.option == "toolkit_packages" and owned["toolkit"].packages.same_version
+    assert gpu_stack_check.ARGUMENT_SPEC["toolkit_packages"]["default"] == list(registry.TOOLKIT_PACKAGES)
+    assert [d.path for d in owned["docker"].disks] == ["docker_root", "/var/lib/gpuhost"]
+
+
 def test_every_check_result_lands_on_its_registry_layer():
     """A healthy host's diagnosis: each check result carries the layer the registry gives it."""
     from test_stack_check import PROBE_OPTS, healthy_host
@@ -182,16 +196,43 @@ def test_the_scan_finds_a_list_of_layers():
     assert list(_lists_of_layers(_yaml_code("tags: [driver, persistence, mig, docker]\n")))
 
 
+def _owns(layer):
+    """What the layer owns (its `<layer>_basics` check reads it), as the map's column says it."""
+    own = layer.owns
+    if not own:
+        return "-"
+    parts = []
+    if own.packages:
+        names = list(own.packages.names) or (["option `%s`" % own.packages.option] if own.packages.option else [])
+        parts.append("packages: %s%s%s" % (", ".join(names), " (one version)" if own.packages.same_version else "",
+                                          ("; " if names else "") + ", ".join(own.packages.patterns)
+                                          if own.packages.patterns else ""))
+    if own.units:
+        parts.append("units: %s" % ", ".join(u.name + (" (when %s)" % u.when if u.when else "")
+                                             + (" (and the user of its %s)" % u.user_option if u.user_option else "")
+                                             for u in own.units))
+    if own.configs:
+        parts.append("configs: %s" % ", ".join("%s (%s)" % (c.path or "option `%s`" % c.option, c.kind)
+                                               for c in own.configs))
+    if own.disks:
+        parts.append("free space: %s" % ", ".join(d.label + ("" if d.path == "docker_root" else " " + d.path)
+                                                  for d in own.disks))
+    if own.engine:
+        parts.append("engine %s" % own.engine)
+    return "; ".join(parts)
+
+
 def _architecture_table():
-    rows = ["| layer | title | roles (tags) | check module | checks | drift repairs with | catalogue |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| layer | title | roles (tags) | check module | checks | drift repairs with | catalogue | owns "
+            "(`<layer>_basics`) |",
+            "|---|---|---|---|---|---|---|---|"]
     for layer in registry.REGISTRY:
         roles = ", ".join("%s (%s)" % (role, layer.tags[min(i, len(layer.tags) - 1)])
                           for i, role in enumerate(layer.roles)) or "-"
         module = ("`layers/%s.py`" % layer.module) if layer.checks else "-"
-        rows.append("| `%s` | %s | %s | %s | %s | %s | %s |" % (
+        rows.append("| `%s` | %s | %s | %s | %s | %s | %s | %s |" % (
             layer.name, layer.title, roles, module, ", ".join(layer.checks) or "-",
-            ", ".join(layer.repair) if layer.drift else "-", ", ".join(layer.catalogue) or "-"))
+            ", ".join(layer.repair) if layer.drift else "-", ", ".join(layer.catalogue) or "-", _owns(layer)))
     return rows
 
 

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from host import dpkg
 from layers import stack_check as sc
 from layers import health
 from containers import gpus_path as gp
@@ -240,12 +241,13 @@ def test_runtime_skipped_when_docker_is_down_and_cdi_detection():
     assert sc.cdi_enabled(dict(DOCKER_INFO, ServerVersion="28.0.1"), {}) is True
 
 
-DPKG_CMD = ["/usr/bin/dpkg-query", "-W", "-f", "${Package}\t${db:Status-Abbrev}\t${Version}\n"]
+DPKG_CMD = dpkg.query_argv("/usr/bin/dpkg-query", sc.DEFAULT_TOOLKIT_PACKAGES)
+GENERIC = os.path.join(FIXTURES, "generic")
 
 
 def test_toolkit_packages_installed():
-    out = ("nvidia-container-toolkit\tii \t1.18.0-1\nnvidia-container-toolkit-base\tii \t1.18.0-1\n"
-           "libnvidia-container-tools\tii \t1.18.0-1\nlibnvidia-container1:amd64\tii \t1.18.0-1\n")
+    out = ("nvidia-container-toolkit\t1.18.0-1\tii \nnvidia-container-toolkit-base\t1.18.0-1\tii \n"
+           "libnvidia-container-tools\t1.18.0-1\tii \nlibnvidia-container1:amd64\t1.18.0-1\tii \n")
     ctk = cap(["/usr/bin/nvidia-ctk", "--version"], 0, "NVIDIA Container Toolkit CLI version 1.18.0\n"
                                                        "commit: f8daa5e26de9fd7eb79259040b6dd5a52060048c\n")
     check = sc.check_toolkit(cap(DPKG_CMD, 0, out), ctk, "/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-runtime-hook")
@@ -253,9 +255,10 @@ def test_toolkit_packages_installed():
 
 
 def test_toolkit_removed_package_and_missing_binaries():
-    # dpkg-query's own wording for an unknown name (stderr, exit 1); 'rc' = removed, config files left.
-    out = "nvidia-container-toolkit\trc \t1.18.0-1\nlibnvidia-container1:amd64\tii \t1.18.0-1\n"
-    err = ("dpkg-query: no packages found matching nvidia-container-toolkit-base\n"
+    # dpkg-query's own wording for an unknown name (stderr, exit 1); 'rc' = removed, config files left
+    # (generic/dpkg-query-W_toolkit-base_rc_scratch-db.txt: real dpkg 1.21.22 after `dpkg -r`).
+    out = load(GENERIC, "dpkg-query-W_toolkit-base_rc_scratch-db.txt") + "libnvidia-container1\t1.18.0-1\tii \n"
+    err = ("dpkg-query: no packages found matching nvidia-container-toolkit\n"
            "dpkg-query: no packages found matching libnvidia-container-tools\n")
     check = sc.check_toolkit(cap(DPKG_CMD, 1, out, err), None, None, None)
     assert check["status"] == "fail" and check["layer"] == "toolkit"
@@ -264,9 +267,23 @@ def test_toolkit_removed_package_and_missing_binaries():
     assert "nvidia-ctk not found" in check["summary"] and "--tags toolkit" in check["remedy"]
 
 
+def test_toolkit_held_counts_as_installed_and_half_configured_does_not():
+    """Real dpkg 1.21.22 states (generic/ scratch database): base held (hi), the toolkit half-configured (iF, its
+    postinst failed), tools unpacked only (iU), libnvidia-container1 installed (ii) at 1.17.7-1."""
+    out = load(GENERIC, "dpkg-query-W_toolkit_iF-hi-iU-ii_scratch-db.txt")
+    err = load(GENERIC, "dpkg-query-W_toolkit_iF-hi-iU-ii_scratch-db_stderr.txt")
+    check = sc.check_toolkit(cap(DPKG_CMD, 1, out, err), cap(["nvidia-ctk", "--version"], 0, "version 1.17.8"),
+                             "/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-runtime-hook")
+    assert check["status"] == "fail"
+    assert "not installed" not in check["summary"]   # the held base is installed
+    assert ("left half done by dpkg: nvidia-container-toolkit half-configured (dpkg iF), libnvidia-container-tools "
+            "unpacked (dpkg iU)") in check["summary"]
+    assert check["data"]["packages"] == {"nvidia-container-toolkit-base": "1.17.8-1", "libnvidia-container1": "1.17.7-1"}
+
+
 def test_toolkit_versions_not_pinned_together_warns():
-    out = ("nvidia-container-toolkit\tii \t1.18.0-1\nnvidia-container-toolkit-base\tii \t1.17.8-1\n"
-           "libnvidia-container-tools\tii \t1.18.0-1\nlibnvidia-container1\tii \t1.18.0-1\n")
+    out = ("nvidia-container-toolkit\t1.18.0-1\tii \nnvidia-container-toolkit-base\t1.17.8-1\tii \n"
+           "libnvidia-container-tools\t1.18.0-1\tii \nlibnvidia-container1\t1.18.0-1\thi \n")
     check = sc.check_toolkit(cap(DPKG_CMD, 0, out), cap(["nvidia-ctk", "--version"], 0, "version 1.17.8"),
                              "/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-runtime-hook")
     assert check["status"] == "warn"
@@ -550,7 +567,7 @@ def healthy_host():
     xml = load(SMI, "043_qx_590.44.01_RTX-PRO-6000-Blackwell_v13.xml")
     uuid = "GPU-12345678-aaaa-bbbb-cccc-0123456789ab"
     spec = spec_text().replace("999.88.77", "590.44.01")
-    dpkg = "".join("%s\tii \t1.18.0-1\n" % p for p in sc.DEFAULT_TOOLKIT_PACKAGES)
+    dpkg = "".join("%s\t1.18.0-1\tii \n" % p for p in sc.DEFAULT_TOOLKIT_PACKAGES)
     commands = {
         ("/usr/bin/nvidia-smi", "-q", "-x"): (0, xml, ""),
         ("/usr/bin/lspci",): (0, load(HOST, "lspci-nn-D_GB10-dgx-spark.txt"), ""),
@@ -629,14 +646,17 @@ def test_module_never_fails_a_broken_host(tmp_path):
     res = json.loads(proc.stdout)
     assert not res.get("failed"), res
     assert res["changed"] is False and res["failed_layer"] in ("driver", "docker")
-    assert [c["name"] for c in res["checks"]] == ["hardware", "pci", "kernel_module", "module_signature", "next_boot",
-                                                  "device_nodes", "nvml", "fabric",
-                                                  "persistence", "mig_layout",
-                                                  "docker", "toolkit", "runtime", "dev_char", "cdi_spec", "cdi_list",
+    assert [c["name"] for c in res["checks"]] == ["hardware", "driver_basics", "pci", "kernel_module",
+                                                  "module_signature", "next_boot", "device_nodes", "nvml",
+                                                  "fabric_basics", "fabric",
+                                                  "persistence_basics", "persistence", "mig_layout",
+                                                  "docker_basics", "docker", "toolkit_basics", "toolkit",
+                                                  "runtime_config_basics", "runtime", "dev_char",
+                                                  "cdi_basics", "cdi_spec", "cdi_list",
                                                   "container_gpus", "gpus_path", "container_cdi", "container_cuda",
                                                   "serving_gpus",
                                                   "zombies", "throttle",
-                                                      "xid"]
+                                                  "xid"]
     assert res["message"].startswith(sc.LAYER_TITLES[res["failed_layer"]] + ": ")
 
 
@@ -651,7 +671,7 @@ def test_fail_on_required_fails_with_the_diagnosis(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     res = json.loads(proc.stdout)
     assert res["failed"] is True and res["msg"].startswith(sc.LAYER_TITLES[res["failed_layer"]])
-    assert len(res["checks"]) == 24
+    assert len(res["checks"]) == 31
 
 
 def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
@@ -661,7 +681,7 @@ def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
     out = sc.evaluate(sc.capture(healthy_host(), PROBE_OPTS), PROBE_OPTS)
     throttle = next(c for c in out["checks"] if c["name"] == "throttle")
     assert throttle["status"] == "warn" and "internal error" in throttle["summary"]
-    assert out["failed_layer"] is None and len(out["checks"]) == 24
+    assert out["failed_layer"] is None and len(out["checks"]) == 31
 
 
 # --- CUDA initialisation in a container (NVIDIA's vectorAdd sample; tests/fixtures/cuda_probe/) --------
