@@ -3,7 +3,8 @@
   gpuhost explain [--json] FILE|-
 
 Reads any text - one line or a whole log: a `docker run --gpus` failure, an nvidia-smi complaint,
-kernel-log Xid lines, a CUDA error number, a vLLM start, a fabric manager journal - with terminal
+kernel-log Xid lines, a CUDA error number, a vLLM start, a fabric manager journal, an `nvidia-smi -q`
+whose Fabric blocks show an NVSwitch fabric not set up (the verdict `gpuhost fabric` gives) - with terminal
 colours, CRLF, container and engine prefixes and timestamps as they come. Answers with findings,
 most decisive first (the lowest broken layer): layer, kind, the decisive line, what it means, the
 fix, and the gpuhost run that repairs or checks it.

@@ -11,8 +11,8 @@ Outputs that another gpuhost command reads are answered with that command's read
 (`command` in --json) names it: `nvidia-smi topo -m` / `topo -p2p` (gpuhost topo), a Fabric excerpt of -q
 (gpuhost fabric), `nvidia-smi mig -lgip/-lgipp/-lgi/-lci` (gpuhost mig), `mokutil --sb-state`,
 `mokutil --test-key` and /sys/kernel/security/lockdown (gpuhost secure-boot). A -q or -q -x with Fabric
-blocks gets its facts and gpuhost fabric's reading. Any other text that holds a known GPU-stack error gets
-gpuhost explain's findings.
+blocks (or a paste of an output and a Fabric excerpt) gets its facts and gpuhost fabric's reading. Any other
+text that holds a known GPU-stack error gets gpuhost explain's findings.
 
 Exit 0 when the input was read (whatever state it shows), 2 when it cannot be (no reader knows it,
 binary input, bad usage), with one line on stderr.
@@ -170,8 +170,13 @@ def _secure_boot(text):
     return _delegated("secure-boot", out, secure_boot_cli.render_text(out))
 
 
+_FABRIC_BLOCK = re.compile(r"^[ \t]*Fabric[ \t]*$|<fabric>", re.M)
+
+
 def _fabric_report(text):
     """gpuhost fabric's reading of the text's Fabric blocks, or None when it has none."""
+    if not _FABRIC_BLOCK.search(text):
+        return None
     try:
         out = fabric_cli.report(text)
     except nvsmi_parse.ParseError:
@@ -188,7 +193,7 @@ def _findings(text):
 
 def _smi(facts, text):
     out = cli_facts(facts)
-    out["fabric"] = _fabric_report(text) if facts["form"] in ("q", "xml") else None
+    out["fabric"] = _fabric_report(text)  # a -q, -q -x, or a paste with a Fabric excerpt next to the output
     if facts["form"] == "error":
         # The nvidia-smi error is often the symptom: what else the paste says (modprobe, the kernel log).
         found = _findings(text)

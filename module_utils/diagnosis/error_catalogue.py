@@ -43,11 +43,14 @@ ENTRIES = (
        "reboot, or stop every GPU process and reload the modules: `rmmod nvidia_uvm nvidia_drm nvidia_modeset "
        "nvidia && modprobe nvidia`", REPAIR_DRIVER,
        scopes={"smi": "version_mismatch"}, gate=("mismatch",)),
-    _e("driver_not_loaded", "driver", r"couldn'?t communicate with the nvidia driver",
-       "nvidia-smi could not communicate with the NVIDIA driver: the kernel module is not loaded",
+    # nvidia-settings says it its own way (corpus errors/003, an Ubuntu desktop journal: "nvidia-settings-autostart
+    # .desktop[2777]: ERROR: NVIDIA driver is not loaded", after modprobe's Secure Boot refusal).
+    _e("driver_not_loaded", "driver", r"couldn'?t communicate with the nvidia driver|NVIDIA driver is not loaded",
+       "nvidia-smi could not communicate with the NVIDIA driver (nvidia-settings: \"NVIDIA driver is not loaded\"): "
+       "the kernel module is not loaded",
        "load it: `modprobe nvidia` (or reboot); if it refuses, read `journalctl -k -b | grep -i nvidia` "
        "(Secure Boot, a kernel without the module)", REPAIR_DRIVER,
-       scopes={"smi": "driver_not_loaded"}, gate=("communicate",)),
+       scopes={"smi": "driver_not_loaded"}, gate=("communicate", "is not loaded")),
     _e("no_devices_found", "driver", r"no devices were found",
        "nvidia-smi found no devices: the driver is loaded but initialised no GPU",
        "read `journalctl -k -b | grep -iE 'nvrm|xid'` for the GPU's fate; check `lspci -nn | grep -i nvidia`",
@@ -116,14 +119,19 @@ ENTRIES = (
        "<key>`, reboot, MokManager)", REPAIR_DRIVER,
        scopes={"kernel": "lockdown_restricted"}, gate=("lockdown",)),
     # --- fabric manager (HGX / NVSwitch hosts; corpus errors/001-002, host/004-006) -------------
+    # 802 as each CUDA program prints it: deviceQuery "cudaGetDeviceCount returned 802" (errors/001), bandwidthTest
+    # "cudaGetDeviceProperties returned 802" and the samples' checkCudaErrors "code=802(cudaErrorSystemNotReady)"
+    # (tests/fixtures/fabric/cuda-802_bandwidthTest_*), PyTorch "Error 802: system not yet initialized"
+    # (tests/fixtures/fabric/cuda-802_pytorch-*), gpu_burn's "system not yet initialized" (errors/002).
     _e("fabric_manager_not_running", "fabric",
-       r"cudaGetDeviceCount returned 802|system not yet initialized|CUDA error 802|\berror 802\b",
+       r"cuda\w+ returned 802\b|system not yet initialized|CUDA error 802|\berror 802\b|\bcode=802\b|"
+       r"cudaErrorSystemNotReady",
        "CUDA error 802 (system not yet initialized): on an NVSwitch (HGX) host the fabric manager has not "
        "set up the fabric, so no CUDA program can start while nvidia-smi still looks healthy",
        "install nvidia-fabricmanager at exactly the driver's version and start it: `systemctl enable --now "
        "nvidia-fabricmanager`; check `nvidia-smi -q | grep -A3 Fabric` (State Completed, Status Success)",
        "site.yml --tags driver (fabric manager on HGX hosts)", scopes={"cuda": "system_not_ready"},
-       gate=("802", "not yet initialized")),
+       gate=("802", "not yet initialized", "systemnotready")),
     _e("fabric_manager_version_mismatch", "fabric",
        r"fabric manager NVIDIA GPU driver interface version \S+ don'?t match with driver version \S+",
        "the fabric manager's version differs from the loaded driver's, so it refuses to start (a driver upgrade "

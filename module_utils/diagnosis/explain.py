@@ -10,8 +10,17 @@ a vLLM startup log is also read whole by the startup report (module_utils/servin
 failures no single line names (a negative KV share, a hard-wrapped error, blocks below one request).
 Findings are ranked by layer, bottom up (a broken driver explains a failed container, not the
 other way round), and each names its decisive line.
+The Fabric blocks of a pasted `nvidia-smi -q` (whole, `grep -A` excerpts, `-q -x`) are read whole too, with the
+verdict `gpuhost fabric` gives (gpu_topology.fabric_verdict): an NVSwitch fabric that the fabric manager has not set
+up (State In Progress / Not Started), that it set up without success (Status), or whose Health is Unhealthy is a
+fabric finding; no line of such a paste is an error on its own.
 """
+import re
+
 from ansible.module_utils.diagnosis import error_catalogue as catalogue
+from ansible.module_utils.driver.fabric_manager import needs_fabric_manager, nvswitches
+from ansible.module_utils.gpu.gpu_topology import fabric_verdict, parse_fabric, parse_fabric_xml
+from ansible.module_utils.gpu.nvsmi_parse import ParseError, detect_form
 from ansible.module_utils.layers.registry import CATALOGUE_ORDER
 from ansible.module_utils.serving.vllm_log import RE as VLLM_RE, clean_line, parse as parse_vllm_log
 
@@ -63,6 +72,43 @@ def _xid_finding(match, number, quote):
         "fix": catalogue.XID_ACTIONS[bucket], "gpuhost": "playbooks/diagnose.yml (hardware layer)", "count": 1,
         "pci": pci,
     }
+
+
+# A Fabric block of -q (`Fabric` alone on its line) or of -q -x (<fabric>): only then is the text read for one.
+_FABRIC_BLOCK = re.compile(r"^[ \t]*Fabric[ \t]*$|<fabric>", re.M)
+FABRIC_REPAIR = "site.yml --tags driver (fabric manager on HGX hosts); `gpuhost fabric` reads the same -q"
+# The fabric verdicts that are findings, and the field whose value decides each (the decisive line shows it).
+_FABRIC_FIELDS = {"not_ready": ("State", "state", "state"), "failed": ("Status", "status", "status"),
+                  "unhealthy": ("Summary", "summary", "health_summary")}
+
+
+def _fabric_finding(text, lines):
+    """The finding `gpuhost fabric`'s verdict makes of the text's Fabric blocks (not_ready, failed, unhealthy),
+    quoting the first line that shows it, or None."""
+    if not _FABRIC_BLOCK.search(text):
+        return None
+    try:
+        fabrics = parse_fabric_xml(text) if detect_form(text) == "xml" else parse_fabric(text)
+    except ParseError:
+        return None
+    try:
+        switches = nvswitches(text)  # an `lspci -nn` in the same paste names the NVSwitches
+    except ValueError:
+        switches = []
+    verdict = fabric_verdict(fabrics)
+    if verdict["state"] not in _FABRIC_FIELDS:
+        return None
+    key, tag, field = _FABRIC_FIELDS[verdict["state"]]
+    names = [f["pci_bus_id"] or "GPU %d" % i for i, f in enumerate(fabrics)]
+    value = fabrics[names.index(verdict["gpus"][0])][field] if verdict["gpus"][0] in names else None
+    decisive = re.compile(r"^\s*%s\s*:\s*%s\s*$|<%s>\s*%s\s*</%s>" % (key, re.escape(value or ""), tag,
+                                                                     re.escape(value or ""), tag))
+    number = next((n for n, line in enumerate(lines, 1) if decisive.search(line.strip())), 1)
+    needs = needs_fabric_manager(switches, fabrics)
+    return {"layer": "fabric", "kind": "fabric_" + verdict["state"], "line": number,
+            "quote": lines[number - 1].strip()[:MAX_QUOTE], "count": len(verdict["gpus"]),
+            "meaning": "%s; the host needs the fabric manager: %s" % (verdict["message"], needs["reason"]),
+            "fix": verdict["fix"], "gpuhost": FABRIC_REPAIR}
 
 
 def _by_kind():
@@ -121,6 +167,9 @@ def explain(data):
     entry = _VLLM_KINDS.get(failure.get("kind"))
     if entry is not None and (entry["kind"], None) not in found:
         add(_finding(entry, failure.get("line"), failure.get("message") or ""))
+    fabric = _fabric_finding(text, lines)
+    if fabric is not None:
+        add(fabric)
     started = report.get("started")
     rank = {layer: i for i, layer in enumerate(CATALOGUE_ORDER)}
     findings = [found[key] for key in order if not (started and found[key].pop("failed_start_only", False))]

@@ -34,7 +34,8 @@ NOT_NVIDIA_SMI = (
     (r"(?:^|/)(?:README\.md|SOURCES\.tsv)$", "documentation"),
 )
 # nvidia-smi error texts outside those folders (pasted with prose, prompts and other commands around them),
-# with the state each one reads as: never "not a recognised nvidia-smi output".
+# and other texts whose error is one of nvidia-smi's states (the error table's "smi" scope), with the state each
+# one reads as: never "not a recognised nvidia-smi output".
 ERROR_TEXTS = {
     # "Failed to initialize NVML: Unknown Error" in the container after the host's `systemctl daemon-reload`,
     # below the head of a table of driver 510.68.02
@@ -49,6 +50,10 @@ ERROR_TEXTS = {
     # "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", then modprobe's refusal
     "secure_boot/nvidia-smi-and-modprobe_key-rejected_ubuntu22.04-535_nvidia-graphics-drivers-62.txt":
         ("driver_not_loaded", None),
+    # an Ubuntu journal: modprobe's "Key was rejected by service", then nvidia-settings' "ERROR: NVIDIA driver is
+    # not loaded" - the state is driver_not_loaded, and `also` names the Secure Boot refusal
+    "corpus/errors/003_journal_modprobe-nvidia-key-rejected-by-service_secure-boot.txt": ("driver_not_loaded", None),
+    "errors/003_journal_modprobe-nvidia-key-rejected-by-service_secure-boot.txt": ("driver_not_loaded", None),
     "nvidia_smi/029_error_nvml-version-mismatch_570.124.txt": ("version_mismatch", "570.124"),
     "nvidia_smi/030_error_nvml-version-mismatch_550.144.txt": ("version_mismatch", "550.144"),
     "nvidia_smi/031_error_nvml-version-mismatch_old-460-no-version-line.txt": ("version_mismatch", None),

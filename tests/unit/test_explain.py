@@ -28,9 +28,10 @@ EXPECTED = {
     # gpu_burn: "Error (gpu_burn-drv.cpp:298): system not yet initialized"
     "errors/002_gpu-burn-802_545.23.08_H100-80GB-HBM3-multi_centos7_no-fabricmanager.txt":
         [("fabric", "fabric_manager_not_running")],
-    # "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"
+    # "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service", then nvidia-settings' "ERROR: NVIDIA
+    # driver is not loaded" (line 5): the refusal first, it is the cause
     "errors/003_journal_modprobe-nvidia-key-rejected-by-service_secure-boot.txt":
-        [("driver", "secure_boot_rejected")],
+        [("driver", "secure_boot_rejected"), ("driver", "driver_not_loaded")],
     # inside the container after `systemctl daemon-reload`: "Failed to initialize NVML: Unknown Error"
     "errors/004_container-nvml-unknown-error-after-daemon-reload_510.68.02_markdown-section.txt":
         [("container", "daemon_reload_lost_devices")],
@@ -64,6 +65,13 @@ EXPECTED = {
     "nvidia_smi/030_error_nvml-version-mismatch_550.144.txt": [("driver", "nvml_mismatch")],
     "nvidia_smi/031_error_nvml-version-mismatch_old-460-no-version-line.txt": [("driver", "nvml_mismatch")],
     "nvidia_smi/032_error_couldnt-communicate-with-driver.txt": [("driver", "driver_not_loaded")],
+    # `nvidia-smi -q -i 0 | grep -A 2 '^ *Fabric'` on a p5 (8x H100 SXM): "State : In Progress" - the fabric manager
+    # has not set the NVSwitch fabric up (what `gpuhost fabric` says: not_ready)
+    "nvidia_smi/059_q-grep-fabric_570.133.20_8xH100-SXM_p5-rhel9_in-progress.txt": [("fabric", "fabric_not_ready")],
+    # Completed / Success, but "Health / Summary : Unhealthy"
+    "nvidia_smi/066_q-grep-fabric_completed-success_health-unhealthy_cliqueid2.txt": [("fabric", "fabric_unhealthy")],
+    # "State : Completed", "Status : Insufficient Resources"
+    "nvidia_smi/067_q-fabric_completed-insufficient-resources_cliqueid0_dedented.txt": [("fabric", "fabric_failed")],
     # "RuntimeError: Triton Error [CUDA]: device kernel image is invalid" (a T4)
     "vllm_logs/006_v0.11.0_T4_qwen3vl_ansi_triton-kernel-image-invalid.log": [("image", "kernel_image_invalid")],
     # "ValueError: The supplied chat template string (tool_use) appears path-like, but doesn't exist!"
@@ -293,3 +301,95 @@ def test_every_secure_boot_row_has_a_real_example():
     kinds = {kind for expected in SECURE_BOOT_EXPECTED.values() for _, kind in expected}
     assert {entry["kind"] for _, entry in catalogue.in_scope("kernel")} <= kinds
     assert set(SECURE_BOOT_EXPECTED) <= set(SECURE_BOOT_FILES)
+
+
+# --- each row's real phrasings, each line alone as an operator pastes it ------------------------------------
+# (file under tests/fixtures, line number, layer, kind): the other ways the same error is printed - by each CUDA
+# program, by another tool of the driver - read off the real captures; the row's pattern names them all.
+PHRASINGS = [
+    # deviceQuery: "cudaGetDeviceCount returned 802" (8x H100 SXM p5, RHEL 9, 570.133.20)
+    ("errors/001_devicequery-802_570.133.20_8xH100-SXM_podman-cdi_fm-not-started.txt", 6,
+     "fabric", "fabric_manager_not_running"),
+    # its next line: "-> system not yet initialized"
+    ("errors/001_devicequery-802_570.133.20_8xH100-SXM_podman-cdi_fm-not-started.txt", 7,
+     "fabric", "fabric_manager_not_running"),
+    # bandwidthTest: "cudaGetDeviceProperties returned 802"
+    ("fabric/cuda-802_bandwidthTest_cudaErrorSystemNotReady.txt", 5, "fabric", "fabric_manager_not_running"),
+    # the CUDA samples' checkCudaErrors: "CUDA error at bandwidthTest.cu:256 code=802(cudaErrorSystemNotReady) ..."
+    ("fabric/cuda-802_bandwidthTest_cudaErrorSystemNotReady.txt", 7, "fabric", "fabric_manager_not_running"),
+    # PyTorch: "UserWarning: CUDA initialization: ... Error 802: system not yet initialized"
+    ("fabric/cuda-802_pytorch-is_available-warning_8xGPU-cloud-fm-mismatch.txt", 1,
+     "fabric", "fabric_manager_not_running"),
+    # gpu_burn: "what():  Error (gpu_burn-drv.cpp:298): system not yet initialized"
+    ("errors/002_gpu-burn-802_545.23.08_H100-80GB-HBM3-multi_centos7_no-fabricmanager.txt", 8,
+     "fabric", "fabric_manager_not_running"),
+    # nvidia-smi: "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. ..."
+    ("nvidia_smi/032_error_couldnt-communicate-with-driver.txt", 1, "driver", "driver_not_loaded"),
+    # nvidia-settings in an Ubuntu desktop journal: "nvidia-settings-autostart.desktop[2777]: ERROR: NVIDIA driver
+    # is not loaded"
+    ("errors/003_journal_modprobe-nvidia-key-rejected-by-service_secure-boot.txt", 5, "driver", "driver_not_loaded"),
+]
+
+
+@pytest.mark.parametrize("name, number, layer, kind", PHRASINGS)
+def test_each_phrasing_of_a_row_alone(name, number, layer, kind):
+    with open(os.path.join(FIXTURES, name), encoding="utf-8") as handle:
+        line = handle.read().split("\n")[number - 1]
+    (finding,) = ex.explain(line + "\n")["findings"]
+    assert (finding["layer"], finding["kind"]) == (layer, kind), line
+    assert finding["quote"] and finding["quote"] in line
+
+
+def test_nvidia_settings_driver_not_loaded_is_the_smi_state():
+    line = _fixture("errors/003_journal_modprobe-nvidia-key-rejected-by-service_secure-boot.txt").decode().split(
+        "\n")[4]
+    assert nvsmi_parse.classify_error(line)[0] == "driver_not_loaded"
+
+
+# --- the Fabric blocks of a pasted -q: the verdict `gpuhost fabric` gives -------------------------------------
+
+@pytest.mark.parametrize("name, kind, quote", [
+    ("059_q-grep-fabric_570.133.20_8xH100-SXM_p5-rhel9_in-progress.txt", "fabric_not_ready", "In Progress"),
+    ("066_q-grep-fabric_completed-success_health-unhealthy_cliqueid2.txt", "fabric_unhealthy", "Unhealthy"),
+    ("067_q-fabric_completed-insufficient-resources_cliqueid0_dedented.txt", "fabric_failed", "Insufficient Resources"),
+])
+def test_fabric_findings_are_gpuhost_fabrics_verdict(name, kind, quote):
+    from gpuhost_cli import fabric as fabric_cli
+    path = os.path.join(FIXTURES, "nvidia_smi", name)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    (finding,) = ex.explain(data)["findings"]
+    fabric = fabric_cli.report(data)
+    assert (finding["layer"], finding["kind"]) == ("fabric", "fabric_" + fabric["verdict"]) == ("fabric", kind)
+    assert finding["meaning"].startswith(fabric["message"]) and finding["fix"] == fabric["fix"]
+    assert fabric["reason"] in finding["meaning"]  # the host needs the fabric manager, and why
+    assert quote in finding["quote"] and data.decode().split("\n")[finding["line"] - 1].strip() == finding["quote"]
+
+
+@pytest.mark.parametrize("name", ["055_q_565.57.01_8xH100-SXM_fabric-completed-cliqueid0.txt",
+                                  "056_q_555.42.02_4xA100-SXM4-80GB_fabric-NA_no-nvswitch.txt",
+                                  "057_q_590.48.01_H100-SXM-1gpu-vm_fabric-completed-health-block.txt",
+                                  "060_q-grep-fabric_570.133.20_8xH100-SXM_p5-rhel9_completed.txt"])
+def test_a_fabric_that_is_up_or_absent_is_no_finding(name):
+    with open(os.path.join(FIXTURES, "nvidia_smi", name), "rb") as handle:
+        assert ex.explain(handle.read())["findings"] == []
+
+
+def test_an_nvswitch_host_without_its_fabric_manager():
+    """One host (p5, 8x H100 SXM, RHEL 9, 570.133.20; corpus MANIFEST: the same article) before its fabric manager
+    ran, pasted as its article shows it: the table looks healthy (061), `nvidia-smi -q | grep -A 2 Fabric` says In
+    Progress (059), deviceQuery fails with 802 (errors/001). Both fabric findings; the first is the fabric's."""
+    parts = [_fixture("nvidia_smi/061_table_570.133.20_8xH100-SXM_p5-rhel9_fabric-in-progress-looks-healthy.txt"),
+             _fixture("nvidia_smi/059_q-grep-fabric_570.133.20_8xH100-SXM_p5-rhel9_in-progress.txt"),
+             _fixture("errors/001_devicequery-802_570.133.20_8xH100-SXM_podman-cdi_fm-not-started.txt")]
+    paste = b"\n".join(parts)
+    found = ex.explain(paste)["findings"]
+    assert [(f["layer"], f["kind"]) for f in found] == [("fabric", "fabric_not_ready"),
+                                                       ("fabric", "fabric_manager_not_running")]
+    assert "the host needs the fabric manager" in found[0]["meaning"]
+    assert "nvidia-fabricmanager" in found[0]["fix"] and "nvidia-fabricmanager" in found[1]["fix"]
+    # gpuhost smi reads the table and gives the fabric's reading with it
+    from gpuhost_cli import smi as smi_cli
+    out, text = smi_cli.answer(paste)
+    assert out["command"] == "smi" and len(out["gpus"]) == 8 and out["fabric"]["verdict"] == "not_ready"
+    assert "fabric: not_ready" in text
