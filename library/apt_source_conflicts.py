@@ -93,6 +93,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible.module_utils.runs.atomic_file import read_text
 from ansible.module_utils.driver.driver_sources import conflicting_sources
+from ansible.module_utils.host.runner import ModuleHostIO
 
 
 def read_sources(sources_dir, sources_list, own_path=None):
@@ -138,7 +139,7 @@ def main():
     arch = p["architecture"]
     dpkg = None if arch else module.get_bin_path("dpkg")
     if dpkg:
-        rc, out, _err = module.run_command([dpkg, "--print-architecture"])
+        rc, out, _err = ModuleHostIO(module).run([dpkg, "--print-architecture"])
         arch = out.strip() if rc == 0 else None
     files = read_sources(p["sources_dir"], p["sources_list"], p["own_path"])
     conflicts = conflicting_sources(files, p["uri"], p["suite"], p["signed_by"], arch)

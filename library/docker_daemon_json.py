@@ -82,15 +82,17 @@ backup_file:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.containers.daemon_json import BOM, DaemonJsonError, changed_keys, engine_accepts_bom, merge, parse, render
+from ansible.module_utils.containers.daemon_json import (
+    BOM, DaemonJsonError, changed_keys, engine_accepts_bom, merge, parse, render)
 from ansible.module_utils.runs.atomic_file import read_text, stage_copy, write_atomic
+from ansible.module_utils.host.runner import ModuleHostIO
 
 
-def validate_with_dockerd(module, dockerd, text):
+def validate_with_dockerd(module, io, dockerd, text):
     """(ok, supported, message) of `dockerd --validate --config-file` over `text` (staged outside /etc/docker)."""
     tmp = stage_copy(text)
     try:
-        rc, out, err = module.run_command([dockerd, "--validate", "--config-file", tmp])
+        rc, out, err = io.run([dockerd, "--validate", "--config-file", tmp])
     finally:
         os.unlink(tmp)
     output = (out + err).strip()
@@ -111,6 +113,7 @@ def main():
         ),
         supports_check_mode=True,
     )
+    io = ModuleHostIO(module)
     path = module.params["path"]
     before_text = read_text(path)
     accepts_bom = True
@@ -118,7 +121,7 @@ def main():
         # Read it as the installed engine does: docker >= 23 skips a BOM, older ones refuse the file.
         dockerd = module.params["dockerd_path"] or module.get_bin_path("dockerd")
         if dockerd:
-            _rc, out, err = module.run_command([dockerd, "--version"])
+            _rc, out, err = io.run([dockerd, "--version"])
             accepts_bom = engine_accepts_bom(out + err) is not False
     try:
         before = parse(before_text, path, accepts_bom=accepts_bom)
@@ -138,7 +141,7 @@ def main():
     if module.params["validate"] != "never":
         dockerd = module.params["dockerd_path"] or module.get_bin_path("dockerd")
         if dockerd:
-            ok, supported, message = validate_with_dockerd(module, dockerd, after_text)
+            ok, supported, message = validate_with_dockerd(module, io, dockerd, after_text)
             if supported and not ok:
                 module.fail_json(msg="docker: dockerd rejects the merged %s (file left untouched): %s" % (path, message),
                                  **result)
@@ -147,7 +150,7 @@ def main():
             module.fail_json(msg="docker: cannot validate %s: no dockerd with --validate found" % path, **result)
 
     result["backup_file"] = write_atomic(module, path, after_text, backup=module.params["backup"],
-                                             backup_dir=module.params["backup_dir"])
+                                         backup_dir=module.params["backup_dir"])
     module.exit_json(**result)
 
 

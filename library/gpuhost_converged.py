@@ -114,8 +114,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.runs.atomic_file import read_text, write_atomic
-from ansible.module_utils.runs.converged import (differences, fingerprint, health_problems, parse_os_release,
-                                           parse_systemctl_show, path_digests)
+from ansible.module_utils.host.runner import ModuleHostIO
+from ansible.module_utils.runs.converged import (
+    differences, fingerprint, health_problems, parse_os_release, parse_systemctl_show, path_digests)
 from ansible.module_utils.containers.daemon_json import DaemonJsonError, parse
 from ansible.module_utils.diagnosis.drift import DPKG_FORMAT, parse_dpkg_status
 
@@ -136,7 +137,7 @@ def serving_instances(record):
     return {name: (spec if isinstance(spec, dict) else {}) for name, spec in instances.items()}
 
 
-def container_state(module, docker, names):
+def container_state(io, docker, names):
     """{name: "Id Image HostConfig-digest"} and {name: State.Status} of the serving containers.
 
     A changed configuration means a new container (a new Id), except what `docker update` changes in
@@ -145,8 +146,8 @@ def container_state(module, docker, names):
     identity, status = {}, {}
     usable = bool(docker) and os.access(docker, os.X_OK)
     for name in sorted(names):
-        rc, out, _err = (module.run_command([docker, "inspect", "-f",
-                                             "{{.Id}} {{.Image}} {{.State.Status}} {{json .HostConfig}}", name])
+        rc, out, _err = (io.run([docker, "inspect", "-f", "{{.Id}} {{.Image}} {{.State.Status}} {{json .HostConfig}}",
+                                 name])
                          if usable else (1, "", ""))
         fields = out.strip().split(" ", 3) if rc == 0 else []
         if len(fields) == 4:
@@ -159,20 +160,20 @@ def container_state(module, docker, names):
 
 def host_fingerprint(module, instances, docker):
     params = module.params
+    io = ModuleHostIO(module)
     packages = {}
     if params["packages"]:
         # rc 1 only means a pattern matched nothing; the matches are still printed.
-        _rc, out, _err = module.run_command(["dpkg-query", "-W", "-f=" + DPKG_FORMAT] + params["packages"])
+        _rc, out, _err = io.run(["dpkg-query", "-W", "-f=" + DPKG_FORMAT] + params["packages"])
         packages = parse_dpkg_status(out)
     units = {}
     if params["units"]:
-        _rc, out, _err = module.run_command(["systemctl", "show", "-p", "Id,ActiveState,UnitFileState", "--"]
-                                            + params["units"])
+        _rc, out, _err = io.run(["systemctl", "show", "-p", "Id,ActiveState,UnitFileState", "--"] + params["units"])
         units = parse_systemctl_show(out)
     files = {}
     for path in params["paths"]:
         files.update(path_digests(path))
-    identity, status = container_state(module, docker, instances)
+    identity, status = container_state(io, docker, instances)
     loaded = (read_text("/proc/driver/nvidia/version") or "").strip().splitlines()
     current = fingerprint(
         code=params["code_digest"], inputs=params["inputs_digest"],

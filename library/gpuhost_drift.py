@@ -85,25 +85,26 @@ manual:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.runs.atomic_file import read_text
+from ansible.module_utils.host.runner import ModuleHostIO
 from ansible.module_utils.containers.daemon_json import DaemonJsonError, parse
 from ansible.module_utils.diagnosis.drift import DPKG_FORMAT, compare, parse_dpkg_status
 
 
-def dpkg_state(module, packages):
+def dpkg_state(io, packages):
     if not packages:
         return {}
-    rc, out, err = module.run_command(["dpkg-query", "-W", "-f=" + DPKG_FORMAT] + list(packages))
+    rc, out, err = io.run(["dpkg-query", "-W", "-f=" + DPKG_FORMAT] + list(packages))
     # rc 1 only means some package is unknown; the known ones are still printed.
     return parse_dpkg_status(out)
 
 
-def serving_state(module, docker, names):
+def serving_state(io, docker, names):
     state = {}
     for name in names:
         if not docker:
             state[name] = {"running": False, "status": "no docker CLI"}
             continue
-        rc, out, err = module.run_command([docker, "inspect", "-f", "{{.State.Status}}", name])
+        rc, out, err = io.run([docker, "inspect", "-f", "{{.State.Status}}", name])
         status = out.strip() if rc == 0 else "absent"
         state[name] = {"running": status == "running", "status": status}
     return state
@@ -133,8 +134,9 @@ def main():
     instances = (record.get("vllm") or {}).get("instances") or []
     names = [i.get("name") if isinstance(i, dict) else i for i in instances]
     docker = module.params["docker_path"] or module.get_bin_path("docker")
-    result = compare(record, module.params["stack"], dpkg_state(module, packages),
-                     serving_state(module, docker, names), module.params["allow_reboot"])
+    io = ModuleHostIO(module)
+    result = compare(record, module.params["stack"], dpkg_state(io, packages),
+                     serving_state(io, docker, names), module.params["allow_reboot"])
     module.exit_json(changed=False, **result)
 
 

@@ -104,8 +104,9 @@ import os
 
 from ansible.module_utils.runs.atomic_file import read_text
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.containers.k3s_node import (K3sError, advertised_resource, config_map, parse_version, runtime_class,
-                                           runtime_state, time_slicing_config)
+from ansible.module_utils.host.runner import ModuleHostIO
+from ansible.module_utils.containers.k3s_node import (
+    K3sError, advertised_resource, config_map, parse_version, runtime_class, runtime_state, time_slicing_config)
 
 
 def yaml_text(data):
@@ -130,7 +131,7 @@ def main():
     if not k3s:
         module.fail_json(msg="container engine (k3s): no k3s binary on PATH: install k3s first, or set "
                              "nvidia_container_toolkit_runtimes without k3s")
-    rc, out, err = module.run_command([k3s, "--version"])
+    rc, out, err = ModuleHostIO(module).run([k3s, "--version"])
     containerd_dir = os.path.join(p["data_dir"], "agent", "etc", "containerd")
     try:
         version = parse_version(out if rc == 0 else out + err)

@@ -81,7 +81,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.gpu.gpu_facts import module_host_io
+from ansible.module_utils.host.runner import module_host_io
 from ansible.module_utils.driver.secure_boot import boot_facts, capture, next_boot_problem
 
 ARGUMENT_SPEC = dict(

@@ -140,24 +140,26 @@ too_new_for:
 
 import glob
 import os
-import re
 import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.runs.atomic_file import backup_copy, read_text
-from ansible.module_utils.containers.cdi_spec import (CDI_DIRS, FEATURE_NO_ADDITIONAL_GIDS, CdiSpecError, engine_compat,
-                                           engine_reads, parse_cdi_list, read_spec, shadowing, staleness,
-                                           too_new_for, too_new_message, version_token)
-
-_NVRM = re.compile(r"NVRM version:.*?\s(\d+\.\d+(?:\.\d+)?)\s")
+from ansible.module_utils.host.runner import ModuleHostIO
+from ansible.module_utils.containers.cdi_spec import (
+    CDI_DIRS, FEATURE_NO_ADDITIONAL_GIDS, CdiSpecError, engine_compat, engine_reads, parse_cdi_list, read_spec,
+    shadowing, staleness, too_new_for, too_new_message)
+from ansible.module_utils.containers.versions import ctk_version, engine_version
+from ansible.module_utils.gpu.host_parse import HostParseError, parse_proc_version
 
 
 def loaded_version(module):
     if module.params["loaded_driver_version"]:
         return module.params["loaded_driver_version"]
-    match = _NVRM.search(read_text(module.params["proc_version_path"]) or "")
-    return match.group(1) if match else None
+    try:
+        return parse_proc_version(read_text(module.params["proc_version_path"]) or "")["version"]
+    except HostParseError:
+        return None
 
 
 def last_error(stderr):
@@ -170,26 +172,26 @@ def _first_line(text):
     return lines[0] if lines else None
 
 
-def engine_versions(module):
+def engine_versions(module, io):
     """{engine: version or None} of the engines installed; read-only commands, each only where installed."""
     found = {}
     docker = module.get_bin_path("docker")
     if docker:
-        rc, out, _err = module.run_command([docker, "version", "--format", "{{.Server.Version}}"])
-        version = version_token(_first_line(out)) if rc == 0 else None
+        rc, out, _err = io.run([docker, "version", "--format", "{{.Server.Version}}"])
+        version = engine_version(_first_line(out)) if rc == 0 else None
         if not version:
             # No daemon: the CLI still prints the client part (and exits 1).
-            _rc, out, _err = module.run_command([docker, "version", "--format", "{{.Client.Version}}"])
-            version = version_token(_first_line(out))
+            _rc, out, _err = io.run([docker, "version", "--format", "{{.Client.Version}}"])
+            version = engine_version(_first_line(out))
         found["docker"] = version
     elif module.get_bin_path("dockerd"):
-        _rc, out, _err = module.run_command([module.get_bin_path("dockerd"), "--version"])
-        found["docker"] = version_token(out)
+        _rc, out, _err = io.run([module.get_bin_path("dockerd"), "--version"])
+        found["docker"] = engine_version(out)
     for engine in ("containerd", "podman"):
         path = module.get_bin_path(engine)
         if path:
-            _rc, out, _err = module.run_command([path, "--version"])
-            found[engine] = version_token(out)
+            _rc, out, _err = io.run([path, "--version"])
+            found[engine] = engine_version(out)
     return found
 
 
@@ -234,10 +236,11 @@ def main():
     ctk = module.params["nvidia_ctk_path"] or module.get_bin_path("nvidia-ctk")
     if not ctk:
         module.fail_json(msg="toolkit: nvidia-ctk not found — install nvidia-container-toolkit (role nvidia_container_toolkit)")
+    io = ModuleHostIO(module)
     version = loaded_version(module)
-    _rc, out, _err = module.run_command([ctk, "--version"])
-    toolkit = version_token(out)
-    engines = engine_versions(module) if module.params["engine_compat"] == "auto" else {}
+    _rc, out, _err = io.run([ctk, "--version"])
+    toolkit = ctk_version(out)
+    engines = engine_versions(module, io) if module.params["engine_compat"] == "auto" else {}
     compat = engine_compat(toolkit, engines) if engines else {"feature_flags": [], "reasons": [],
                                                               "refresh_feature_flags": []}
 
@@ -265,7 +268,7 @@ def main():
         cmd = [ctk, "cdi", "generate", "--output=%s" % fresh_path]
         for flag in compat["feature_flags"]:
             cmd.append("--feature-flag=%s" % flag)
-        rc, out, err = module.run_command(cmd)
+        rc, out, err = io.run(cmd)
         if rc != 0:
             module.fail_json(msg="cdi: `nvidia-ctk cdi generate` failed (rc %d): %s — the driver layer must work "
                                  "first (nvidia-smi on the host)" % (rc, last_error(err)), stale_reasons=reasons)
@@ -290,7 +293,7 @@ def main():
     finally:
         shutil.rmtree(stage_dir, ignore_errors=True)
 
-    rc, out, err = module.run_command([ctk, "cdi", "list"])
+    rc, out, err = io.run([ctk, "cdi", "list"])
     result["devices"] = parse_cdi_list(out) if rc == 0 else []
     specs = other_specs(output)
     if os.path.exists(output):

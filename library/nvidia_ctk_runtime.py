@@ -139,11 +139,12 @@ from ansible.module_utils.containers.containerd_config import (
     DEFAULT_DROP_IN, ContainerdConfigError, config_version, imports_cover, other_dropins_above, parse_root, plan)
 from ansible.module_utils.containers.daemon_json import DaemonJsonError, keep_features, parse, render
 from ansible.module_utils.runs.atomic_file import read_text, write_atomic
+from ansible.module_utils.host.runner import ModuleHostIO
 
 
 def ctk_dry_run(module, ctk, runtime, config_path, extra):
     cmd = [ctk, "runtime", "configure", "--runtime=%s" % runtime, "--config=%s" % config_path, "--dry-run"] + extra
-    rc, out, err = module.run_command(cmd)
+    rc, out, err = ModuleHostIO(module).run(cmd)
     if rc != 0:
         module.fail_json(msg="toolkit configuration: `%s` failed (rc %d): %s"
                          % (" ".join(cmd), rc, (err or out).strip()), command=cmd)
@@ -221,7 +222,7 @@ def configure_containerd(module, ctk):
                 handle.write(root_text)
         cmd = [ctk, "runtime", "configure", "--runtime=containerd", "--config=%s" % staged_root,
                "--drop-in-config=%s" % staged_drop_in, "--config-source=file"] + flags
-        rc, out, err = module.run_command(cmd)
+        rc, out, err = ModuleHostIO(module).run(cmd)
         shown = [c.replace(staged_root, path).replace(staged_drop_in, drop_in) for c in cmd]
         if rc != 0:
             hint = ""

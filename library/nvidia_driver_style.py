@@ -92,6 +92,7 @@ repository_error:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.driver.cuda_repo import CudaRepoError, archive_branches, auto_style, repository
 from ansible.module_utils.driver.driver_choice import gpu_summary, min_branch
+from ansible.module_utils.host.runner import C_LOCALE, ModuleHostIO
 
 
 def decide(distribution, pci_devices, madison_text, cuda_repo_url=None, sources_pending=False, named_distro=None):
@@ -138,7 +139,7 @@ def main():
     text = ""
     if (params["distribution"] or "").lower() == "debian":
         cache = module.get_bin_path("apt-cache", required=True)
-        rc, text, err = module.run_command([cache, "madison", "nvidia-driver"], environ_update={"LC_ALL": "C"})
+        rc, text, err = ModuleHostIO(module, environ_update=C_LOCALE).run([cache, "madison", "nvidia-driver"])
         if rc not in (0, 100):
             module.fail_json(msg="nvidia_driver: apt-cache madison nvidia-driver failed (%d): %s" % (rc, err.strip()))
     try:

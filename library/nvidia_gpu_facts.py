@@ -173,7 +173,8 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.gpu.gpu_facts import error_facts, gather, module_host_io
+from ansible.module_utils.gpu.gpu_facts import error_facts, gather
+from ansible.module_utils.host.runner import module_host_io
 
 ARGUMENT_SPEC = dict(
     nvidia_smi_path=dict(type="path"),

@@ -77,6 +77,7 @@ after:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible.module_utils.gpu.mig_apply import MigError, apply, diff_text
+from ansible.module_utils.host.runner import ModuleHostIO
 
 
 def main():
@@ -85,11 +86,8 @@ def main():
                                               reset=dict(type="bool", default=True)),
                            supports_check_mode=True)
 
-    def run(argv):
-        return module.run_command(argv)
-
     try:
-        result = apply(module.params["layout"], run, check_mode=module.check_mode,
+        result = apply(module.params["layout"], ModuleHostIO(module).run, check_mode=module.check_mode,
                        allow_disruption=module.params["allow_disruption"], reset=module.params["reset"])
     except MigError as exc:
         module.fail_json(msg=exc.msg, changed=exc.changed, **exc.details)

@@ -136,10 +136,9 @@ report:
       type: int
 """
 
-import shlex
-
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible.module_utils.host.runner import ModuleHostIO, command_line
 from ansible.module_utils.serving.vllm_log import parse
 
 ARGUMENT_SPEC = dict(
@@ -150,14 +149,14 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def docker_logs_command(docker_bin, container, tail=None):
-    """Shell line for docker logs with stderr merged into stdout in emission order
-    (vLLM logs on stdout, tracebacks go to stderr)."""
+def docker_logs_argv(docker_bin, container, tail=None):
+    """`docker logs`, run with stderr merged into stdout in emission order (vLLM logs on stdout, tracebacks
+    go to stderr)."""
     parts = [docker_bin, "logs"]
     if tail is not None:
         parts += ["--tail", str(int(tail))]
     parts.append(container)
-    return " ".join(shlex.quote(p) for p in parts) + " 2>&1"
+    return parts
 
 
 def main():
@@ -171,11 +170,11 @@ def main():
     text = params["log"]
     if params["container"]:
         docker = module.get_bin_path(params["docker_bin"]) or params["docker_bin"]
-        command = docker_logs_command(docker, params["container"], params["tail"])
-        rc, out, _ = module.run_command(command, use_unsafe_shell=True, errors="surrogate_then_replace")
+        argv = docker_logs_argv(docker, params["container"], params["tail"])
+        rc, out, _ = ModuleHostIO(module, errors="surrogate_then_replace").run(argv, merge_stderr=True)
         if rc != 0:
             module.fail_json(msg="vllm startup report: '%s' failed (rc %d): %s"
-                             % (command, rc, out.strip()[-500:]), changed=False)
+                             % (command_line(argv, merge_stderr=True), rc, out.strip()[-500:]), changed=False)
         text = out
     module.exit_json(changed=False, report=parse(text))
 

@@ -8,6 +8,8 @@ The spec has no field naming the driver version: it shows only in versioned libr
 import json
 import re
 
+from ansible.module_utils.containers.versions import version_tuple
+
 _LIBCUDA = re.compile(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)\b")
 _HOST_DRIVER = re.compile(r"--host-driver-version=(\d+\.\d+(?:\.\d+)?)\b")
 _KIND = re.compile(r"^kind:\s*\"?([^\s\"]+)\"?\s*$", re.M)
@@ -132,6 +134,7 @@ def shadowing(specs_by_path, managed_path):
     managed = specs_by_path.get(managed_path)
     if managed is None:
         return []
+
     def rank(path):
         for index, directory in enumerate(CDI_DIRS):
             if path.startswith(directory.rstrip("/") + "/"):
@@ -174,33 +177,10 @@ _ENGINE_CDI = {
                ((5, 1, 0), "v0.7.2", "0.7.0"), ((5, 2, 0), "v0.8.0", "0.8.0"), ((5, 5, 0), "v1.0.1", "1.0.0")),
 }
 
-_VERSION_IN_TEXT = re.compile(r"(?<![\w.])v?(\d+)\.(\d+)(?:\.(\d+))?")
-
-
-def parse_version(text):
-    """The first dotted version in a text, as a tuple of three ints, or None.
-
-    Takes what the tools print: '26.1.5+dfsg1', '1.7.24~ds1', 'v2.0.0', 'podman version 4.3.1',
-    'containerd containerd.io 1.7.27 05044ec...', 'NVIDIA Container Toolkit CLI version 1.18.0'.
-    """
-    match = _VERSION_IN_TEXT.search(text or "")
-    if not match:
-        return None
-    return tuple(int(part or 0) for part in match.groups())
-
-
-def version_token(text):
-    """The version as the tool printed it ('26.1.5+dfsg1', '1.7.24~ds1'), without a leading 'v' or a
-    trailing comma; None when the text names no version."""
-    for token in (text or "").split():
-        if parse_version(token) and _VERSION_IN_TEXT.match(token):
-            return token.rstrip(",").lstrip("v")
-    return None
-
 
 def newer(version_a, version_b):
     """Whether spec (or any dotted) version a is above b."""
-    a, b = parse_version(version_a), parse_version(version_b)
+    a, b = version_tuple(version_a), version_tuple(version_b)
     return a is not None and b is not None and a > b
 
 
@@ -216,7 +196,7 @@ def toolkit_spec_version(toolkit_version, feature_flags=(), restricted_nodes=Tru
     restricted_nodes: whether the host has such nodes (True: the worst case). None for a toolkit older
     than 1.12 or a version that cannot be read.
     """
-    version = parse_version(toolkit_version)
+    version = version_tuple(toolkit_version)
     if version is None or version < (1, 12, 0):
         return None
     if restricted_nodes and version >= (1, 19, 1) and FEATURE_NO_ADDITIONAL_GIDS not in (feature_flags or ()):
@@ -227,12 +207,12 @@ def toolkit_spec_version(toolkit_version, feature_flags=(), restricted_nodes=Tru
 def toolkit_has_feature_flag(toolkit_version):
     """Whether `nvidia-ctk cdi generate` knows --feature-flag no-additional-gids-for-device-nodes (1.19.0+;
     1.18 has the --feature-flag option but not this flag, 1.17 has neither)."""
-    version = parse_version(toolkit_version)
+    version = version_tuple(toolkit_version)
     return version is not None and version >= (1, 19, 0)
 
 
 def _engine_row(engine, version):
-    parsed = parse_version(version)
+    parsed = version_tuple(version)
     if parsed is None:
         return None
     row = None

@@ -37,7 +37,8 @@ the first alternative that holds, so a malformed later term can go unnoticed the
 """
 import re
 
-from ansible.module_utils.driver.driver_choice import compare_versions, version_branch
+from ansible.module_utils.driver.driver_choice import compare_versions
+from ansible.module_utils.gpu.host_parse import driver_branch
 from ansible.module_utils.gpu.gpu_arch import CONSUMER_BRANDS, datacenter_class
 
 
@@ -482,7 +483,7 @@ def _fixes(result, alternatives, gpu_brands, datacenter):
     if wanted:
         minimum = min_driver(wanted)
         if minimum:
-            branch = version_branch(minimum)
+            branch = driver_branch(minimum)
             fixes.append("driver: install branch %d or newer (CUDA %s needs driver >= %s, %s): "
                          "nvidia_driver_branch: %d and nvidia_driver_upgrade: true, then reboot"
                          % (branch, wanted, minimum, CUDA_TABLE_SOURCE, branch))
@@ -497,7 +498,7 @@ def _fixes(result, alternatives, gpu_brands, datacenter):
     branches = forward_compat_branches(alternatives)
     possible = forward_compat_gpu(datacenter, gpu_brands)
     if branches and possible is not False:
-        current = version_branch(result["driver_version"] or "")
+        current = driver_branch(result["driver_version"] or "")
         where = "" if possible else " (datacenter GPUs only)"
         if current in branches:
             fixes.append("forward compatibility%s: the driver's branch %d is one the image lists; the image's "

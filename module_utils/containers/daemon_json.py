@@ -8,6 +8,8 @@ written by either one reads as unchanged to the other and runs stay idempotent.
 """
 import json
 
+from ansible.module_utils.containers.versions import engine_major
+
 
 class DaemonJsonError(ValueError):
     """daemon.json exists but is not a JSON object; it must be reported, never overwritten."""
@@ -48,9 +50,8 @@ def parse(text, path="/etc/docker/daemon.json", accepts_bom=True):
 
 def engine_accepts_bom(version_text):
     """Whether the docker of `dockerd --version` / `docker info` ServerVersion reads a BOM; None: unknown."""
-    import re
-    match = re.search(r"(?:version\s+)?(\d+)\.\d+", version_text or "")
-    return None if not match else int(match.group(1)) >= BOM_ACCEPTED_FROM
+    major = engine_major(version_text)
+    return None if major is None else major >= BOM_ACCEPTED_FROM
 
 
 def _line_col(text, pos):

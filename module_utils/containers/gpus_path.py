@@ -34,6 +34,9 @@ ids (`all`). The nvidia runtime (`--runtime=nvidia` or default-runtime nvidia) i
 """
 import re
 
+from ansible.module_utils.containers import versions
+from ansible.module_utils.containers.versions import version_tuple
+
 GPUS_CDI_VERSION = (29, 2)        # moby#50228 (docker-v29.2.0)
 AMD_FALLBACK_VERSION = (29, 3)    # moby#52048 (docker-v29.3.0)
 DRIVER_BY_NAME_VERSION = (29, 0)  # moby#50717: an explicit driver name wins over capabilities
@@ -55,8 +58,7 @@ def _result(path, reason):
 
 def engine_version(info):
     """docker info's ServerVersion -> (major, minor, patch); '26.1.5+dfsg1' (Debian) -> (26, 1, 5)."""
-    match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", (info or {}).get("ServerVersion") or "")
-    return tuple(int(part or 0) for part in match.groups()) if match else None
+    return version_tuple(versions.engine_version((info or {}).get("ServerVersion")))
 
 
 def _version_text(version):

@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 """The nvidia_gpu_facts pipeline: what to run on a host, and how its outputs become facts.
 
-Pure stdlib, no Ansible imports. All host access goes through an injected `io` object (see
-HostIO below), so the whole pipeline runs in unit tests and benchmarks on captured outputs.
+Pure stdlib, no Ansible imports. All host access goes through an injected `io` object (a HostIO of
+host/runner.py), so the whole pipeline runs in unit tests and benchmarks on captured outputs.
 
     captures = capture(io, ...)          # runs commands / reads files (via io)
     facts = build_facts(captures, ...)   # pure: captured text -> ansible_facts.nvidia
@@ -10,6 +10,9 @@ HostIO below), so the whole pipeline runs in unit tests and benchmarks on captur
 """
 import os
 
+from ansible.module_utils.host.runner import TIMEOUT_RC
+# gpu_stack_check (library/) still imports module_host_io from here; everything else takes it from host/runner.
+from ansible.module_utils.host.runner import module_host_io  # noqa: F401
 from ansible.module_utils.gpu.nvsmi_parse import (
     COMPUTE_APPS_FIELDS, GPU_QUERY_FIELDS, GPU_QUERY_FIELDS_EXTENDED, ParseError,
     classify_error, merge_mig_listing, merge_processes, normalise, parse_compute_apps_csv, parse_error,
@@ -22,100 +25,12 @@ from ansible.module_utils.gpu.gpu_topology import fabric_verdict, parse_fabric_x
 
 DEFAULT_PROC_VERSION_PATH = "/proc/driver/nvidia/version"
 SYSFS_PCI_DEVICES = "/sys/bus/pci/devices"
-TIMEOUT_RC = 124  # coreutils `timeout` exit status when the command ran out of time
 
 FACT_KEYS = (
     "state", "message", "driver_version_kernel", "driver_version_userspace", "driver_branch",
     "cuda_driver_version", "gpu_count", "gpus", "processes", "pci_devices", "pci_source",
     "kernel_modules", "nvidia_smi_path", "nvidia_smi_form", "nvswitches", "fabric", "topology", "warnings",
 )
-
-
-class HostIO(object):
-    """Host access for capture(); the module passes one backed by AnsibleModule.
-
-    run(argv) -> (rc, stdout, stderr); which(name) -> path or None; read(path) -> text or
-    None; read_bytes(path) -> bytes or None; listdir(path) -> list or None; exists(path) -> bool; stat(path) -> os.stat_result or None;
-    readlink(path) -> text, None (nothing there) or False (not a symlink).
-    """
-
-    def run(self, argv):
-        raise NotImplementedError
-
-    def which(self, name):
-        raise NotImplementedError
-
-    def read(self, path):
-        try:
-            with open(path, "rb") as handle:
-                return handle.read().decode("utf-8", "replace")
-        except (IOError, OSError):
-            return None
-
-    def read_bytes(self, path):
-        """A file's bytes (EFI variables are binary), or None."""
-        try:
-            with open(path, "rb") as handle:
-                return handle.read()
-        except (IOError, OSError):
-            return None
-
-    def listdir(self, path):
-        try:
-            return sorted(os.listdir(path))
-        except (IOError, OSError):
-            return None
-
-    def exists(self, path):
-        return os.path.exists(path)
-
-    def readlink(self, path):
-        """A symlink's text; None when nothing is there, False when something other than a symlink is."""
-        try:
-            return os.readlink(path)
-        except (IOError, OSError):
-            return False if os.path.lexists(path) else None
-
-    def stat(self, path):
-        try:
-            return os.stat(path)
-        except (IOError, OSError):
-            return None
-
-
-# Where the tools live besides PATH: lspci is in /usr/bin on Debian/Ubuntu but /sbin or /usr/sbin
-# elsewhere; NVIDIA's container images put nvidia-smi in /usr/local/nvidia/bin.
-EXTRA_BIN_DIRS = ["/usr/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/local/sbin", "/usr/local/nvidia/bin"]
-
-
-class ModuleHostIO(HostIO):
-    """The modules' read-only host access over an AnsibleModule: commands under `timeout` with the C
-    locale (parsers read English), never an exception."""
-
-    def __init__(self, module, timeout):
-        self.module = module
-        self.timeout = timeout
-        self.timeout_bin = module.get_bin_path("timeout")
-
-    def which(self, name):
-        return self.module.get_bin_path(name, opt_dirs=EXTRA_BIN_DIRS)
-
-    def run(self, argv):
-        if self.timeout_bin:
-            argv = [self.timeout_bin, "-k", "5", str(self.timeout)] + list(argv)
-        try:
-            return self.module.run_command(argv, check_rc=False, environ_update={"LC_ALL": "C"},
-                                           errors="replace", handle_exceptions=False)
-        except (IOError, OSError) as exc:
-            return 127, "", "%s: %s" % (argv[0], exc)
-
-
-def module_host_io(module):
-    """The ModuleHostIO of a module whose `timeout` option bounds each command (refused unless positive)."""
-    timeout = module.params["timeout"]
-    if timeout <= 0:
-        module.fail_json(msg="timeout must be a positive number of seconds, got %d" % timeout)
-    return ModuleHostIO(module, timeout)
 
 
 # ---------------------------------------------------------------------------------------------

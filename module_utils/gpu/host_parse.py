@@ -56,11 +56,17 @@ def parse_proc_version(data):
     raise HostParseError("no 'NVRM version: NVIDIA UNIX ... Kernel Module <version>' line")
 
 
+_DRIVER_BRANCH = re.compile(r"^\s*(?:\d*:)?(\d{3,4})\.")
+
+
 def driver_branch(version):
-    """'580.95.05' -> 580; None when not a driver version."""
+    """The branch of an NVIDIA driver version, however a tool prints it (the one parser of it): nvidia-smi and
+    /proc/driver/nvidia/version '580.95.05' -> 580; dpkg and apt, with an epoch and a Debian revision,
+    '1:580.95.05-0ubuntu0.24.04.1' and '580.105.08-1' -> 580; a four-digit branch '1000.12' -> 1000. None
+    when it is not a driver version (Tegra's '34.1.1', '0.9.7.6ubuntu3.2', None)."""
     if not isinstance(version, str):
         return None
-    match = re.match(r"^\s*(\d{3})\.", version)
+    match = _DRIVER_BRANCH.match(version)
     return int(match.group(1)) if match else None
 
 

@@ -2,8 +2,9 @@
 """MIG: bring a host's GPUs to a declared layout (the nvidia_mig module and the boot script share it).
 
 Pure stdlib (python >= 3.9), no Ansible imports. Every nvidia-smi call goes through `run(argv) ->
-(rc, stdout, stderr)`, so the same code runs from the module (AnsibleModule.run_command), from the boot
-unit's script (subprocess, `main()` below) and in tests (a simulated or recorded nvidia-smi).
+(rc, stdout, stderr)`, a HostIO's run (host/runner.py), so the same code runs from the module
+(ModuleHostIO), from the boot unit's script (SubprocessHostIO, `main()` below) and in tests (a simulated
+or recorded nvidia-smi).
 
     normalise_layout(layout)            {gpu index: [profile names] | "disabled"}; LayoutError when malformed
     apply(layout, run, check_mode, allow_disruption, reset)   read, validate, refuse, change; a result dict
@@ -30,9 +31,12 @@ import sys
 
 from ansible.module_utils.gpu import mig_parse
 from ansible.module_utils.gpu.nvsmi_parse import ParseError, parse_xml
+from ansible.module_utils.host.runner import SubprocessHostIO
 
 DISABLED = "disabled"
 LAYER = "MIG layer (nvidia_mig)"
+# Seconds each nvidia-smi call of the boot script may run (a GPU reset takes a while).
+BOOT_TIMEOUT = 300
 
 
 class MigError(Exception):
@@ -265,16 +269,16 @@ def apply(layout, run, check_mode=False, allow_disruption=False, reset=True):
             continue
         result["before"][index] = describe(gpu["status"], plan["before"])
         if needs_change(plan) and gpu["processes"] and not allow_disruption:
+            running = ", ".join(
+                "%s (pid %s%s)" % (p["name"], p["pid"],
+                                   "" if p["gpu_instance_id"] is None else ", GI %s" % p["gpu_instance_id"])
+                for p in gpu["processes"])
+            want = "MIG disabled" if plan["want"] == DISABLED else ", ".join(plan["want"]) or "no instances"
             refusals.append(
                 "%s: %s would change (%s -> %s) but %d GPU process(es) run on it: %s. Stop them (the serving "
                 "containers first), or set nvidia_mig_allow_disruption: true to change it anyway (their MIG "
-                "devices go away)." % (LAYER, _label(gpu), describe(gpu["status"], plan["before"]),
-                                      "MIG disabled" if plan["want"] == DISABLED else ", ".join(plan["want"]) or
-                                      "no instances", len(gpu["processes"]),
-                                      ", ".join("%s (pid %s%s)" % (p["name"], p["pid"],
-                                                                   ", GI %s" % p["gpu_instance_id"]
-                                                                   if p["gpu_instance_id"] is not None else "")
-                                                for p in gpu["processes"])))
+                "devices go away)." % (LAYER, _label(gpu), describe(gpu["status"], plan["before"]), want,
+                                       len(gpu["processes"]), running))
         plans.append((gpu, plan))
     if refusals:
         raise MigError(" | ".join(refusals))
@@ -358,18 +362,6 @@ def diff_text(result):
 # the boot script
 
 
-def subprocess_run(argv):
-    import subprocess
-    try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                              timeout=300)
-    except OSError as exc:
-        return 127, "", str(exc)
-    except subprocess.TimeoutExpired:
-        return 124, "", "%s timed out after 300 s" % " ".join(argv)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
 def main(argv, run=None, out=None):
     """gpuhost-mig-apply LAYOUT_FILE: apply the layout file the nvidia_mig role wrote ({"layout": {...},
     "allow_disruption": false, "reset": true}). Exit 0 when the GPUs hold it, 1 when refused or failed,
@@ -386,7 +378,8 @@ def main(argv, run=None, out=None):
         out.write("gpuhost-mig-apply: cannot read %s: %s\n" % (argv[0], exc))
         return 2
     try:
-        result = apply(layout, run or subprocess_run, allow_disruption=bool(config.get("allow_disruption")),
+        result = apply(layout, run or SubprocessHostIO(timeout=BOOT_TIMEOUT).run,
+                       allow_disruption=bool(config.get("allow_disruption")),
                        reset=bool(config.get("reset", True)))
     except MigError as exc:
         out.write("gpuhost-mig-apply: %s\n" % exc.msg)

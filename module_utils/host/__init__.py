@@ -1,4 +1,5 @@
 # -*- coding: utf-8 -*-
 """What any Debian/Ubuntu host says about itself, for every layer and role: dpkg's package states (dpkg.py: the
 one dpkg-query format and its one parser), systemd's units, their journal and the users they run as (systemd.py).
-The parsers are pure functions over captured text."""
+The parsers are pure functions over captured text;
+runner.py (HostIO) is the one way a module, or the MIG boot script outside Ansible, runs the commands that print it."""

@@ -6,8 +6,8 @@ import pytest
 
 from conftest import FIXTURES
 from containers.cdi_spec import (FEATURE_NO_ADDITIONAL_GIDS, engine_compat, engine_first_reading, engine_reads, newer,
-                      parse_version, read_spec, too_new_for, toolkit_has_feature_flag, toolkit_spec_version,
-                      version_token)
+                      read_spec, too_new_for, toolkit_has_feature_flag, toolkit_spec_version)
+from containers.versions import version_token, version_tuple as parse_version
 
 HERE = os.path.join(FIXTURES, "cdi_versions")
 

@@ -11,6 +11,7 @@ import pytest
 from gpu import gpu_facts as gf
 from gpu import host_parse
 from gpu import nvsmi_parse
+from host.runner import HostIO
 from conftest import FIXTURES, MODULE_RUNNER, ROOT
 
 SMI = os.path.join(FIXTURES, "nvidia_smi")
@@ -236,7 +237,7 @@ def test_build_facts_csv_fallback():
 
 # --- capture with a fake host ----------------------------------------------------------------------
 
-class FakeIO(gf.HostIO):
+class FakeIO(HostIO):
     def __init__(self, commands=None, files=None, binaries=None, dirs=None):
         self.commands = commands or {}
         self.files = files or {}
