@@ -220,6 +220,9 @@ def test_the_check_image_and_the_toolkit_packages_are_written_once():
     home = load(os.path.join(ROLES, HOME, "defaults", "main.yml"))
     assert home["nvidia_container_toolkit_check_image"] == CHECK_IMAGE
     assert home["nvidia_container_toolkit_packages"] == TOOLKIT_PACKAGES
+    # gpu_stack_check's own defaults (the module also runs without the roles) are the same values
+    from layers import base
+    assert base.DEFAULT_CHECK_IMAGE == CHECK_IMAGE and list(base.DEFAULT_TOOLKIT_PACKAGES) == TOOLKIT_PACKAGES
 
 
 # --- each role alone in a play of its own: what it derives from the shared values ----------------------------
