@@ -1,6 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import absolute_import, division, print_function
 
@@ -48,8 +50,7 @@ description:
     docker removes when they exit, pull nothing and change nothing on the host; O(container_check)
     turns them off.
 version_added: "1.0.0"
-author:
-  - gpuhost maintainers
+author: gpuhost maintainers (!UNKNOWN)
 options:
   required_layers:
     description:
@@ -306,7 +307,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.gpu.gpu_facts import module_host_io
+from ansible.module_utils.host.runner import module_host_io
 from ansible.module_utils.layers.stack_check import (
     DEFAULT_CHECK_IMAGE, DEFAULT_CUDA_PROBE_COMMAND, DEFAULT_CUDA_PROBE_IMAGE, DEFAULT_REQUIRED_LAYERS,
     DEFAULT_TOOLKIT_PACKAGES, LAYERS, capture, evaluate,

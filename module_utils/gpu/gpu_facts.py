@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The nvidia_gpu_facts pipeline: what to run on a host, and how its outputs become facts.
 
 Pure stdlib, no Ansible imports. All host access goes through an injected `io` object (a HostIO of
@@ -11,8 +14,6 @@ host/runner.py), so the whole pipeline runs in unit tests and benchmarks on capt
 import os
 
 from ansible.module_utils.host.runner import TIMEOUT_RC
-# gpu_stack_check (library/) still imports module_host_io from here; everything else takes it from host/runner.
-from ansible.module_utils.host.runner import module_host_io  # noqa: F401
 from ansible.module_utils.gpu.nvsmi_parse import (
     COMPUTE_APPS_FIELDS, GPU_QUERY_FIELDS, GPU_QUERY_FIELDS_EXTENDED, ParseError,
     classify_error, merge_mig_listing, merge_processes, normalise, parse_compute_apps_csv, parse_error,

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """What every layer's checks share: the result and evidence shapes, the engine's words, the defaults of the
 stack check's options, and summarise() (checks -> layers -> the first failing required layer).
 
@@ -9,6 +12,7 @@ A check result is a dict:
 import re
 import shlex
 
+from ansible.module_utils.host.runner import TIMEOUT_RC  # noqa: F401  (the checks compare an rc with it)
 from ansible.module_utils.layers.registry import (
     DEFAULT_REQUIRED_LAYERS, STACK_LAYERS as LAYERS, TOOLKIT_PACKAGES, titles as layer_titles)
 from ansible.module_utils.gpu.nvsmi_parse import clean_text
@@ -23,7 +27,6 @@ DEFAULT_TOOLKIT_PACKAGES = TOOLKIT_PACKAGES
 DEFAULT_CDI_SPEC = "/etc/cdi/nvidia.yaml"
 DEFAULT_DOCKER_CONFIG = "/etc/docker/daemon.json"
 DEFAULT_PROC_VERSION = "/proc/driver/nvidia/version"
-TIMEOUT_RC = 124
 MAX_EVIDENCE_LINES = 20
 MAX_LINE = 300
 REMEDY_CONFIGURE = "run `nvidia-ctk runtime configure --runtime=docker` and restart docker"
@@ -152,7 +155,7 @@ def summarise(checks, required_layers=DEFAULT_REQUIRED_LAYERS, titles=None):
     counts = dict((s, len([c for c in out_checks if c["status"] == s])) for s in STATUSES)
     return {"ok": failed_layer is None, "failed_layer": failed_layer, "message": message, "remedy": remedy,
             "layers": layers, "checks": out_checks, "counts": counts, "required_layers": [l for l in LAYERS
-                                                                                      if l in required]}
+                                                                                          if l in required]}
 
 
 def guarded(name, layer, fn, *args, **kwargs):

@@ -1,9 +1,13 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Layer `docker` (the container engine): docker answers `docker info` with a config it accepts, or, on a
 Kubernetes node, containerd answers `ctr version`."""
 import json
 import re
 
+from ansible.module_utils.containers.versions import engine_major
 from ansible.module_utils.containers.daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
 from ansible.module_utils.layers.generic import basics
 from ansible.module_utils.layers.base import (
@@ -44,16 +48,11 @@ def parse_docker_info(cap):
     return info, None
 
 
-def docker_major(version):
-    match = re.match(r"^\s*(\d+)\.", version or "")
-    return int(match.group(1)) if match else None
-
-
 def cdi_enabled(info, daemon_config):
     """Whether the engine resolves CDI device names: Docker 25+ with features.cdi (default on 28+)."""
     if not info:
         return False
-    major = docker_major(info.get("ServerVersion"))
+    major = engine_major(info.get("ServerVersion"))
     if major is None or major < 25:
         return False
     if info.get("CDISpecDirs"):

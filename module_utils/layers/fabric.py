@@ -1,8 +1,12 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Layer `fabric`: on NVSwitch (HGX) hosts, the fabric manager at the driver's version, running, and every
 GPU's fabric set up (State Completed, Status Success)."""
 import re
 
+from ansible.module_utils.gpu.host_parse import driver_branch
 from ansible.module_utils.driver.driver_choice import upstream_version
 from ansible.module_utils.host import dpkg
 from ansible.module_utils.layers.generic import basics
@@ -39,11 +43,11 @@ def check_fabric(fabric, nvswitch_addresses, packages_text, fm_active, loaded_ve
             return result("fabric", "fabric", "skipped", "no NVSwitch on the PCI bus and no fabric state from "
                           "nvidia-smi (%s)" % (fabric.get("message") or "no GPU facts"), ev=ev, data=data)
         return result("fabric", "fabric", "ok", "no NVSwitch fabric: %s" % fabric.get("reason"), ev=ev, data=data)
-    branch = (loaded_version or "").split(".")[0] or "<branch>"
+    branch = driver_branch(loaded_version) or "<branch>"
     install = ("install the fabric manager at the driver's version: `apt-get install nvidia-fabricmanager-%s=%s-*` "
                "(Ubuntu's archive; NVIDIA's CUDA repository names it nvidia-fabricmanager from 580 on), hold it "
                "with the driver, then `systemctl enable --now %s`" % (branch, loaded_version or "<driver version>",
-                                                                     FABRIC_MANAGER_SERVICE))
+                                                                      FABRIC_MANAGER_SERVICE))
     if not fm:
         return result("fabric", "fabric", "fail", "%s, but no nvidia-fabricmanager package is installed: every CUDA "
                       "program fails with 802 (system not yet initialized)" % fabric.get("reason"), remedy=install,

@@ -1,9 +1,12 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The layered diagnosis of a GPU serving host: capture() runs what the host has (read-only), evaluate() runs
 every layer's checks, in the registry's order, and names the first failing required layer.
 
 Pure stdlib, no Ansible imports but module_utils. The module gpu_stack_check captures through an injected
-`io` object (gpu_facts.HostIO); each layer's checks live in its own module (layers/<module>.py, the
+`io` object (host/runner.py HostIO); each layer's checks live in its own module (layers/<module>.py, the
 registry names it), each a pure function of the captures, unit-tested on real outputs.
 """
 import os
@@ -31,7 +34,7 @@ from ansible.module_utils.layers.generic import DOCKER_ROOT_DEFAULT
 from ansible.module_utils.layers.health import BENIGN_CLOCK_REASONS
 from ansible.module_utils.layers.runtime_config import _char_numbers
 # Every check module the registry names (Ansible ships a module's module_utils by their static imports).
-from ansible.module_utils.layers import (  # noqa: F401  (looked up by name below)
+from ansible.module_utils.layers import (  # noqa: F401  # pylint: disable=unused-import  (looked up by name below)
     cdi, container, driver, engine, fabric, generic, hardware, health, persistence, runtime_config, toolkit)
 
 

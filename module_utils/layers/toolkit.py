@@ -1,18 +1,13 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Layer `toolkit`: the NVIDIA Container Toolkit's packages, nvidia-ctk and the runtime hook."""
-import re
-
-from ansible.module_utils.gpu.nvsmi_parse import clean_text
+from ansible.module_utils.containers.versions import ctk_version as ctk_version_of
 from ansible.module_utils.host import dpkg
 from ansible.module_utils.layers.generic import basics
 from ansible.module_utils.layers.base import (
     DEFAULT_TOOLKIT_PACKAGES, REMEDY_INSTALL_TOOLKIT, _grep, _lines, _out, evidence, guarded, result)
-
-
-def parse_ctk_version(text):
-    """`nvidia-ctk --version` -> '1.18.0' ('NVIDIA Container Toolkit CLI version 1.18.0')."""
-    match = re.search(r"version\s+v?(\d+\.\d+\.\d+\S*)", clean_text(text or ""), re.I)
-    return match.group(1) if match else None
 
 
 def check_toolkit(dpkg_cap, ctk_cap, ctk_path, hook_path, packages=DEFAULT_TOOLKIT_PACKAGES):
@@ -22,7 +17,7 @@ def check_toolkit(dpkg_cap, ctk_cap, ctk_path, hook_path, packages=DEFAULT_TOOLK
     if dpkg_cap is not None:
         states = dpkg.parse(dpkg_cap.get("stdout"))
         versions = dpkg.installed_versions(states)
-        lines += [l for l in _lines(dpkg_cap.get("stdout"))]
+        lines += _lines(dpkg_cap.get("stdout"))
         lines += _grep(dpkg_cap.get("stderr"), r"no packages found")
         half = [p for p in packages if (states.get(p) or {}).get("half")]
         absent = [p for p in packages if not versions.get(p) and p not in half]
@@ -31,7 +26,7 @@ def check_toolkit(dpkg_cap, ctk_cap, ctk_path, hook_path, packages=DEFAULT_TOOLK
         if half:
             problems.append("left half done by dpkg: %s" % ", ".join(
                 "%s %s" % (p, dpkg.describe(states[p])) for p in half))
-    ctk_version = parse_ctk_version(_out(ctk_cap)) if ctk_cap else None
+    ctk_version = ctk_version_of(_out(ctk_cap)) if ctk_cap else None
     if ctk_path:
         lines += _grep(_out(ctk_cap), r"version")[:1] or ["%s --version: %s" % (ctk_path, _lines(_out(ctk_cap))[:1])]
     else:
