@@ -20,6 +20,8 @@ description:
     operator's. The module reports it in RV(masked) and changes nothing, whatever O(state); the drop-in,
     ours or not, is left as it is. The caller decides what a masked unit means (role nvidia_persistence
     stops the run).
+  - Says how persistence mode is to be kept on (RV(use)) - the daemon wherever it is installed, or will be once the
+    caller unmasks it (O(unmask)), unless O(method) asks for C(nvidia-smi -pm 1).
   - The caller reloads systemd and restarts the daemon when this reports a change.
 version_added: "1.0.0"
 author: gpuhost
@@ -38,10 +40,22 @@ options:
     type: path
     default: /etc/systemd/system/nvidia-persistenced.service.d/gpuhost-persistence-mode.conf
   state:
-    description: V(present) writes the drop-in where the unit needs it; V(absent) removes it.
+    description:
+      - V(present) writes the drop-in where the unit needs it; V(absent) removes it.
+      - Default V(absent) when O(method) is V(nvidia-smi) (no daemon to fix), else V(present).
     type: str
-    default: present
     choices: [present, absent]
+  method:
+    description:
+      - How persistence mode is kept on (role nvidia_persistence's nvidia_persistence_method) - V(auto) the daemon
+        where its unit is installed, else C(nvidia-smi -pm 1); V(daemon); V(nvidia-smi).
+    type: str
+    default: auto
+    choices: [auto, daemon, nvidia-smi]
+  unmask:
+    description: The caller unmasks a masked unit (nvidia_persistence_unmask), so the daemon is used there.
+    type: bool
+    default: false
 notes:
   - Supports check mode and diff mode.
 """
@@ -97,6 +111,10 @@ dropin_content:
   description: The drop-in wanted ('' when none is needed).
   returned: when found
   type: str
+use:
+  description: V(daemon) (nvidia-persistenced) or V(nvidia-smi) (C(nvidia-smi -pm 1)), from O(method), the unit and O(unmask).
+  returned: always
+  type: str
 """
 
 import os
@@ -104,7 +122,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible.module_utils.runs.atomic_file import read_text, write_atomic
-from ansible.module_utils.driver.persistenced_unit import analyse
+from ansible.module_utils.driver.persistenced_unit import METHODS, analyse, choose, dropin_state
 
 
 def unit_file(unit, unit_dirs):
@@ -143,12 +161,15 @@ def main():
                                     "/usr/lib/systemd/system"]),
             dropin=dict(type="path",
                         default="/etc/systemd/system/nvidia-persistenced.service.d/gpuhost-persistence-mode.conf"),
-            state=dict(type="str", default="present", choices=["present", "absent"]),
+            state=dict(type="str", choices=["present", "absent"]),
+            method=dict(type="str", default="auto", choices=list(METHODS)),
+            unmask=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    result, wanted = plan(p["unit"], p["unit_dirs"], p["state"])
+    result, wanted = plan(p["unit"], p["unit_dirs"], dropin_state(p["method"], p["state"]))
+    result["use"] = choose(p["method"], result["found"], result["masked"], p["unmask"])
     if wanted is None:  # masked: nothing of ours is written or removed
         module.exit_json(**result)
     current = read_text(p["dropin"])

@@ -22,6 +22,9 @@ description:
     model.
   - A container this run did not (re)create keeps the plan it was deployed with (from
     O(record_path)), so a re-run changes nothing.
+  - Gives what the serving record (C(ansible_local.gpuhost.vllm.instances)) keeps of each instance, by name
+    (RV(record)) - its settings and GPUs, the plan it was started with, its image's CUDA verdict (O(image_cuda)),
+    the startup log's figures and its warnings - for C(gpuhost_record) to write.
   - Written atomically with a backup; a malformed store is reported, never overwritten.
 version_added: "0.1.0"
 author: gpuhost
@@ -61,6 +64,10 @@ options:
     description: Allowed relative difference between the log's KV figures and the plan's.
     type: float
     default: 0.01
+  image_cuda:
+    description: Each image's CUDA verdict by image (C(cuda_image_check)'s verdict, image_cuda, driver_cuda), for RV(record).
+    type: dict
+    default: {}
 notes:
   - Supports check mode and diff mode.
 """
@@ -73,7 +80,14 @@ EXAMPLES = r"""
     plans: "{{ vllm_plan_by_name }}"
     reports: "{{ vllm_report_by_name }}"
     deployed: "{{ vllm_deploy.results | selectattr('changed') | map(attribute='item.name') | list }}"
+    image_cuda: "{{ vllm_image_cuda_by_image }}"
   register: vllm_measured
+
+- name: Record the deployed instances in the local facts
+  gpuhost_record:
+    section: vllm
+    data:
+      instances: "{{ vllm_measured.record }}"
 """
 
 RETURN = r"""
@@ -89,6 +103,15 @@ entries:
   description: The measurements file's entries after this run, by settings key.
   returned: always
   type: dict
+record:
+  description:
+    - Per instance, by name, what the serving record keeps - image, gpus (indexes), gpu_uuids, port,
+      bind_address, url, model, served_model_name, max_model_len and quantization (this run's plan's),
+      gpu_memory_utilization, tensor_parallel_size, kv_cache_dtype, ipc_mode, shm_size, plan (the plan it was
+      started with, as RV(plans)), cuda (its image's verdict, or null), startup (vllm_version, weights_gib,
+      kv_cache_gib, kv_cache_tokens, max_concurrency of its startup log) and warnings.
+  returned: always
+  type: dict
 """
 
 import json
@@ -96,6 +119,7 @@ import json
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible.module_utils.runs.atomic_file import read_text, write_atomic
+from ansible.module_utils.serving.vllm_instances import record
 from ansible.module_utils.serving.vllm_plan import PlanError, after_starts, load_measurements
 
 
@@ -121,6 +145,7 @@ def main():
             reports=dict(type="dict", required=True),
             deployed=dict(type="list", elements="str", default=[]),
             tolerance=dict(type="float", default=0.01),
+            image_cuda=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
@@ -137,7 +162,9 @@ def main():
     changed = result["entries"] != entries
     after_text = json.dumps({"entries": result["entries"]}, indent=2, sort_keys=True) + "\n"
     output = dict(changed=changed, warnings_by_name=result["warnings"], plans=result["plans"],
-                  entries=result["entries"])
+                  entries=result["entries"],
+                  record=record(params["instances"], params["gpus"], params["plans"], result["plans"], params["reports"],
+                                result["warnings"], params["image_cuda"]))
     if module._diff and changed:
         output["diff"] = dict(before=before_text or "", after=after_text, before_header=path, after_header=path)
     if changed and not module.check_mode:

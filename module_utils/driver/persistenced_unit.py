@@ -75,3 +75,22 @@ def analyse(unit_text):
     dropin = (HEADER + "\n".join(lines).rstrip("\n") + "\n") if lines else ""
     return {"exec_start": exec_start, "no_persistence_mode": no_pm, "stop_when_unneeded": stop_when_unneeded,
             "static": static, "dropin": dropin}
+
+
+METHODS = ("auto", "daemon", "nvidia-smi")
+
+
+def choose(method, found, masked, unmask):
+    """How persistence mode is kept on: "daemon" (nvidia-persistenced) or "nvidia-smi" (`nvidia-smi -pm 1`, legacy
+    persistence mode, lost at every reboot).
+
+    method: auto, daemon or nvidia-smi (role nvidia_persistence's nvidia_persistence_method); found: the unit is
+    installed and not masked; masked: it is masked; unmask: the caller unmasks a masked unit (it stops instead
+    when not). The daemon wherever there is one, or will be once unmasked, unless nvidia-smi is asked for; daemon
+    without a daemon is the caller's to refuse."""
+    return "daemon" if method != "nvidia-smi" and (found or (masked and unmask)) else "nvidia-smi"
+
+
+def dropin_state(method, state=None):
+    """The drop-in's state: as given, else absent for method nvidia-smi (no daemon to fix), present otherwise."""
+    return state or ("absent" if method == "nvidia-smi" else "present")

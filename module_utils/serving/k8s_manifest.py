@@ -11,7 +11,7 @@ import os
 import re
 import shlex
 
-from ansible.module_utils.serving.vllm_plan import arg_values
+from ansible.module_utils.serving.vllm_args import FLAG, read
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -125,30 +125,27 @@ def vllm_container(container, where):
     if found is None:
         return None
     model, args = found
-    values = arg_values(args)
-    util = values.get("--gpu-memory-utilization")
+    # The engine arguments by setting, read with the table the vllm role writes its command lines from.
+    values = read(args)
+    util = values.get("gpu_memory_utilization")
     if util is not None:
-        util = _number(util, "--gpu-memory-utilization", where, float)
+        util = _number(util, FLAG["gpu_memory_utilization"], where, float)
         if not 0 < util <= 1:
-            raise ManifestError("%s: --gpu-memory-utilization %s is not in (0, 1] (a share of the whole device)"
-                                % (where, util))
-    # argparse takes the last -tp/--tensor-parallel-size; arg_values keeps long flags only.
-    tp = values.get("--tensor-parallel-size", "1")
-    for i, token in enumerate(args[:-1]):
-        if token == "-tp":
-            tp = args[i + 1]
+            raise ManifestError("%s: %s %s is not in (0, 1] (a share of the whole device)"
+                                % (where, FLAG["gpu_memory_utilization"], util))
+    tp = values.get("tensor_parallel_size", "1")
     resource, count = gpu_request(container, where)
     ints = {}
-    for flag in ("--max-model-len", "--max-num-seqs"):
-        ints[flag] = _number(values[flag], flag, where, int) if values.get(flag) else None
+    for setting in ("max_model_len", "max_num_seqs"):
+        ints[setting] = _number(values[setting], FLAG[setting], where, int) if values.get(setting) else None
     return {
         "container": container.get("name"),
         "image": container.get("image"),
-        "model": values.get("--model") or model,
+        "model": values.get("model") or model,
         "gpu_memory_utilization": util,
-        "max_model_len": ints["--max-model-len"],
-        "max_num_seqs": ints["--max-num-seqs"],
-        "tensor_parallel_size": _number(tp, "--tensor-parallel-size", where, int),
+        "max_model_len": ints["max_model_len"],
+        "max_num_seqs": ints["max_num_seqs"],
+        "tensor_parallel_size": _number(tp, FLAG["tensor_parallel_size"], where, int),
         "gpu_resource": resource,
         "gpu_count": count,
     }

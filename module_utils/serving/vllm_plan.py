@@ -34,6 +34,8 @@ from ansible.module_utils.serving.safetensors_header import checkpoint_weight_by
 from ansible.module_utils.gpu import gpu_memory
 from ansible.module_utils.serving import vllm_overheads as vo
 from ansible.module_utils.gpu.nvsmi_parse import merge_mig_listing
+# arg_values: callers import it from here.
+from ansible.module_utils.serving.vllm_args import arg_values, read as read_args  # noqa: F401  # pylint: disable=unused-import
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -1109,34 +1111,18 @@ def load_measurements(text):
 
 # ---------------------------------------------------------------- a host's instances
 
-def arg_values(args):
-    """{--flag: value} of command-line arguments, `--flag value` and `--flag=value` alike;
-    vLLM reads `_` in a flag name as `-`.  A flag with no value maps to ''."""
-    args = [str(a) for a in (args or [])]
-    values = {}
-    for i, arg in enumerate(args):
-        if not arg.startswith("--"):
-            continue
-        name, eq, value = arg.partition("=")
-        if not eq and i + 1 < len(args) and not args[i + 1].startswith("--"):
-            value = args[i + 1]
-        values[name.replace("_", "-")] = value
-    return values
-
-
 def engine_flags(extra_args):
-    """The engine arguments in extra_args that change what vLLM reserves."""
+    """The engine arguments in extra_args that change what vLLM reserves (read with vllm_args' table)."""
     flags = {}
-    values = arg_values(extra_args)
-    for name, key in (("--max-num-batched-tokens", "max_num_batched_tokens"), ("--max-num-seqs", "max_num_seqs"),
-                      ("--block-size", "block_size")):
-        if values.get(name):
-            flags[key] = values[name]
-    if "--enforce-eager" in values:
+    values = read_args(extra_args)
+    for key in ("max_num_batched_tokens", "max_num_seqs", "block_size"):
+        if values.get(key):
+            flags[key] = values[key]
+    if "enforce_eager" in values:
         flags["enforce_eager"] = True
-    if "--enable-expert-parallel" in values:
+    if "enable_expert_parallel" in values:
         flags["expert_parallel"] = True
-    if values.get("--runner") == "pooling" or values.get("--task") in ("embed", "embedding", "classify", "score"):
+    if values.get("runner") == "pooling" or values.get("task") in ("embed", "embedding", "classify", "score"):
         flags["pooling"] = True
     return flags
 

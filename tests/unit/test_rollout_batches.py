@@ -1,9 +1,10 @@
 """The rollout's batch settings reach the batched plays from the inventory, as operators set them.
 
 Play keywords (serial, max_fail_percentage) see play and extra vars but not inventory variables, so
-site.yml and drift.yml read them from the first host's variables. These tests load the real playbooks
-with Ansible's own loader and cut the hosts into batches the way ansible-playbook does
-(PlaybookExecutor), with the rollout groups filled as the plan plays' group_by would fill them."""
+site.yml's and drift.yml's first play checks every host's settings (gpuhost_rollout_settings) and keeps the
+run's on localhost, where the batched plays read them. These tests load the real playbooks with Ansible's
+own loader and cut the hosts into batches the way ansible-playbook does (PlaybookExecutor), with the rollout
+groups filled as the plan plays' group_by would fill them and the settings kept as their check keeps them."""
 import os
 import textwrap
 
@@ -18,6 +19,8 @@ from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar
 from ansible.vars.hostvars import HostVars
 from ansible.vars.manager import VariableManager
+
+from runs import rollout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOSTS = ["gpu-a", "gpu-b", "gpu-c", "gpu-d"]
@@ -39,7 +42,11 @@ def batches(tmp_path, playbook, group_vars, extra_vars=None):
     variables = VariableManager(loader=loader, inventory=inventory)
     variables._extra_vars = dict(extra_vars or {})
     # As the task queue manager does before each play: the `hostvars` the play keywords may read.
-    HostVars(inventory=inventory, variable_manager=variables, loader=loader)
+    hostvars = HostVars(inventory=inventory, variable_manager=variables, loader=loader)
+    # As the first play's check keeps them (playbooks/tasks/rollout-settings.yml): every host's values.
+    given = dict((setting, [hostvars[h].get(variable, default) for h in HOSTS])
+                 for setting, variable, default, _pattern, _means in rollout.SETTINGS)
+    variables.set_nonpersistent_facts("localhost", {"gpuhost_rollout_batches": rollout.batch_settings(given)})
     path = os.path.join(ROOT, playbook)
     executor = PlaybookExecutor(playbooks=[path], inventory=inventory, variable_manager=variables,
                                 loader=loader, passwords={})
@@ -112,8 +119,7 @@ def test_hosts_that_disagree_on_the_batch_are_refused_before_anything(tmp_path):
     assert rc != 0
     assert set(out["stats"]) == {"gpu-a", "gpu-b"}
     assert all(stats["failures"] for stats in out["stats"].values())
-    messages = [item.get("msg", "") for task in out["plays"][0]["tasks"] for result in task["hosts"].values()
-                for item in result.get("results", [])]
+    messages = [result.get("msg", "") for task in out["plays"][0]["tasks"] for result in task["hosts"].values()]
     assert any("gpuhost_disruption_batch must be" in m and "the hosts have 1, 2." in m for m in messages)
 
 

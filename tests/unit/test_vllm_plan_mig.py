@@ -128,14 +128,22 @@ def test_gpu_indexes_of_every_form_an_instance_may_name():
     assert vp.gpu_indexes(["7", "GPU-cccc", "MIG-9999", "3:0"], gpus) == []
 
 
-def test_instance_gpus_module_through_ansible():
+def test_instance_gpus_through_the_instances_module():
     from conftest import run_ansible_module
-    gpus = [{"index": 0, "uuid": "GPU-aaaa", "mig_devices": [{"index": 0, "gpu_index": 0, "uuid": "MIG-1111"}]},
-            {"index": 1, "uuid": "GPU-bbbb"}]
-    result = run_ansible_module("vllm_instance_gpus", {"gpus": gpus, "instances": [
-        {"name": "slice", "gpus": ["MIG-1111"]}, {"name": "whole", "gpus": [1, "GPU-aaaa"]},
-        {"name": "typo", "gpus": ["2"]}]})
+    gpus = [{"index": 0, "uuid": "GPU-aaaa", "memory_total_mib": 81559,
+             "mig_devices": [{"index": 0, "gpu_index": 0, "uuid": "MIG-1111"}]},
+            {"index": 1, "uuid": "GPU-bbbb", "memory_total_mib": 23034}]
+    image = "vllm/vllm-openai:v0.11.0"
+    result = run_ansible_module("vllm_instances", {"gpu_facts": {"state": "ok", "gpus": gpus}, "instances": [
+        {"name": "slice", "gpus": ["MIG-1111"], "image": image, "port": 8000, "model": "m"},
+        {"name": "whole", "gpus": [1, "GPU-aaaa"], "image": image, "port": 8001, "model": "m"},
+        {"name": "typo", "gpus": ["2"], "image": image, "port": 8002, "model": "m"}]})
+    # what the host lacks adds no index: the count differs, and the instance is refused naming what the host has
+    assert result["failed"] and list(result["errors"]) == ["typo"], result
+    assert "gpus 2: 2 is not on this host (this host has GPUs 0, 1; MIG devices 0:0)" in result["msg"]
+    result = run_ansible_module("vllm_instances", {"gpu_facts": {"state": "ok", "gpus": gpus}, "instances": [
+        {"name": "slice", "gpus": ["MIG-1111"], "image": image, "port": 8000, "model": "m"},
+        {"name": "whole", "gpus": [1, "GPU-aaaa"], "image": image, "port": 8001, "model": "m"}]})
     assert not result["changed"]
-    assert result["instances"] == [{"name": "slice", "gpu_ids": ["MIG-1111"], "gpu_indexes": [0]},
-                                   {"name": "whole", "gpu_ids": ["1", "GPU-aaaa"], "gpu_indexes": [0, 1]},
-                                   {"name": "typo", "gpu_ids": ["2"], "gpu_indexes": []}]
+    assert [(i["name"], i["gpu_ids"], i["gpu_indexes"], i["memory_total_mib"]) for i in result["instances"]] == [
+        ("slice", ["MIG-1111"], [0], 81559), ("whole", ["1", "GPU-aaaa"], [0, 1], 23034)]
