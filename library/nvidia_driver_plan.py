@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Decide which NVIDIA driver packages a host gets, refuse what cannot work, and say whether to reboot."""
 
 from __future__ import absolute_import, division, print_function
@@ -29,7 +32,7 @@ description:
   - With O(gpu_facts) (the C(nvidia) facts of nvidia_gpu_facts) also says whether a reboot is needed
     (the installed driver is not the loaded kernel module, or NVML reports a version mismatch).
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   package_style:
     description:
@@ -323,19 +326,22 @@ from ansible.module_utils.driver.driver_choice import (
     PREFERENCES, PREFERENCES_PARTS, DriverChoiceError, disruption, gpu_summary, hold_owners, operator_hold_error,
     operator_pin_error, operator_pins, parse_dpkg_owners, parse_dpkg_query, parse_dpkg_search,
     parse_kernel_images, parse_madison, plan, precheck, preference_files, reboot_decision, verify_installed)
+from ansible.module_utils.host.dpkg import query_argv as dpkg_query_argv
+from ansible.module_utils.host.runner import ModuleHostIO
 
 _C = {"LC_ALL": "C", "LANG": "C"}
 
 
 class HostQuery(object):
-    """The commands plan() may ask for, run through the AnsibleModule (read-only)."""
+    """The commands plan() may ask for, run through the module's HostIO (read-only)."""
 
     def __init__(self, module):
         self.module = module
+        self.io = ModuleHostIO(module, environ_update=_C)
         self._dpkg = None
 
     def _run(self, argv, ok=(0,)):
-        rc, out, err = self.module.run_command(argv, check_rc=False, environ_update=_C)
+        rc, out, err = self.io.run(argv)
         if rc not in ok:
             self.module.fail_json(msg="%s exited %d: %s" % (" ".join(argv), rc, (err or out).strip()[:500]))
         return rc, out
@@ -343,8 +349,7 @@ class HostQuery(object):
     def dpkg(self):
         if self._dpkg is None:
             query = self.module.get_bin_path("dpkg-query", required=True)
-            self._dpkg = parse_dpkg_query(self._run(
-                [query, "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"])[1])
+            self._dpkg = parse_dpkg_query(self._run(dpkg_query_argv(query))[1])
         return self._dpkg
 
     def smi_owner(self):
@@ -368,8 +373,7 @@ class HostQuery(object):
 
     def kernel_images(self):
         query = self.module.get_bin_path("dpkg-query", required=True)
-        rc, out = self._run([query, "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\t${Depends}\n",
-                             "linux-image-*"], ok=(0, 1))
+        rc, out = self._run(dpkg_query_argv(query, ["linux-image-*"], extra=["${Depends}"]), ok=(0, 1))
         return parse_kernel_images(out)
 
     def pkgnames(self, prefix):

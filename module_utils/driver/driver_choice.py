@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Which NVIDIA driver a host gets, and whether it may have it: the nvidia_driver role's decisions.
 
 Pure stdlib, no Ansible imports. Host evidence comes in as text (``apt-cache madison``,
@@ -21,8 +24,9 @@ from ansible.module_utils.driver.cuda_repo import plan_packages as cuda_repo_pac
 from ansible.module_utils.driver.driver_sources import SourcesError, paragraphs
 from ansible.module_utils.gpu.gpu_arch import lookup as arch_lookup
 from ansible.module_utils.gpu.host_parse import (
-    HostParseError, package_traits, parse_ubuntu_drivers_devices)
+    HostParseError, driver_branch, package_traits, parse_ubuntu_drivers_devices)
 from ansible.module_utils.driver.secure_boot import signed_modules_metapackage
+from ansible.module_utils.host.dpkg import parse as parse_dpkg
 
 
 class DriverChoiceError(ValueError):
@@ -91,8 +95,8 @@ def _verrevcmp(left, right):
 
 
 def _split_version(version):
-    epoch, _, rest = version.partition(":") if ":" in version else ("0", "", version)
-    upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "0")
+    epoch, _sep, rest = version.partition(":") if ":" in version else ("0", "", version)
+    upstream, _sep, revision = rest.rpartition("-") if "-" in rest else (rest, "", "0")
     return int(epoch or 0), upstream, revision
 
 
@@ -108,13 +112,6 @@ def compare_versions(left, right):
 def upstream_version(version):
     """'1:580.95.05-0ubuntu0.24.04.1' -> '580.95.05'."""
     return _split_version(version)[1] if version else None
-
-
-def version_branch(version):
-    """Driver branch of a driver version (full or upstream): '580.95.05-1' -> 580; else None."""
-    upstream = upstream_version(version) if version else None
-    match = re.match(r"^(\d{3,4})\.", upstream or "")
-    return int(match.group(1)) if match else None
 
 
 def _newest(versions):
@@ -143,26 +140,15 @@ def parse_madison(text):
 
 
 def parse_dpkg_query(text):
-    """``dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'`` -> {package: info}.
+    """``dpkg-query -W -f FORMAT`` (host/dpkg.py, the one dpkg parser) -> {package: info}.
 
     info: version, want (first status letter), installed (the package's files are on disk: status
     letter i, or a half-configured/unpacked one), held (selection 'hold'), config_files (removed, its
     conffiles left: status letter c, `rc` in dpkg -l).
     """
-    result = {}
-    for line in (text or "").splitlines():
-        fields = line.split("\t")
-        if len(fields) < 3 or not fields[0]:
-            continue
-        name, version, abbrev = fields[0].split(":")[0], fields[1], fields[2]
-        want = abbrev[:1]
-        status = abbrev[1:2]
-        installed = status in ("i", "U", "F", "W", "t", "h") and bool(version)
-        entry = {"version": version or None, "want": want, "held": want == "h", "installed": installed,
-                 "config_files": status == "c"}
-        if name not in result or (installed and not result[name]["installed"]):
-            result[name] = entry
-    return result
+    return dict((name, {"version": p["version"], "want": p["abbrev"][:1], "held": p["held"],
+                        "installed": p["unpacked"], "config_files": p["status"] == "config-files"})
+                for name, p in parse_dpkg(text).items())
 
 
 def parse_dpkg_owners(text):
@@ -185,7 +171,7 @@ def parse_dpkg_search(text):
 
 
 def parse_kernel_images(text):
-    """``dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\t${Depends}\\n' 'linux-image-*'`` ->
+    """``dpkg-query -W -f FORMAT`` with ``${Depends}`` after it (host/dpkg.query_argv) ``'linux-image-*'`` ->
     {package: {version, installed, depends: [names]}} (installed as parse_dpkg_query reads it; alternatives and
     version constraints dropped)."""
     packages = parse_dpkg_query(text)
@@ -343,9 +329,9 @@ def validate_request(request):
     if branch != "auto" and not _BRANCH.match(branch):
         raise DriverChoiceError("nvidia_driver_branch must be a branch number such as 580, or auto; got %r" % branch)
     version = request.get("version") or ""
-    if version and not (_DRIVER_VERSION.match(version) or version_branch(version)):
+    if version and not (_DRIVER_VERSION.match(version) or driver_branch(version)):
         raise DriverChoiceError("nvidia_driver_version must be a driver version such as 580.95.05, got %r" % version)
-    if branch != "auto" and version and version_branch(version) != int(branch):
+    if branch != "auto" and version and driver_branch(version) != int(branch):
         raise DriverChoiceError("nvidia_driver_version %s is not in nvidia_driver_branch %s; set one of them to match"
                                 % (version, branch))
 
@@ -356,7 +342,7 @@ def requested_branch(request):
     if branch != "auto":
         return int(branch), "nvidia_driver_branch"
     if request.get("version"):
-        return version_branch(request["version"]), "nvidia_driver_version"
+        return driver_branch(request["version"]), "nvidia_driver_version"
     return None, None
 
 
@@ -545,8 +531,8 @@ def installed_driver(dpkg, smi_owner, main_candidates=()):
                 "kernel_modules": installed_kernel_modules(dpkg), "packages": [], "held": []}
     version = dpkg[owner]["version"]
     upstream = upstream_version(version)
-    packages = driver_packages(dpkg, upstream, version_branch(upstream))
-    return {"package": owner, "version": version, "upstream": upstream, "branch": version_branch(upstream),
+    packages = driver_packages(dpkg, upstream, driver_branch(upstream))
+    return {"package": owner, "version": version, "upstream": upstream, "branch": driver_branch(upstream),
             "kernel_modules": installed_kernel_modules(dpkg), "packages": packages,
             "held": [p for p in packages if dpkg[p]["held"]]}
 
@@ -637,23 +623,23 @@ def resolve_branch(request, pre, gpus, installed, query):
                        "(check mode cannot read it yet)" % (main, floor))
     ceiling = pre.get("max_branch")
     offered = query.madison([main]).get(main, [])
-    newest = _newest([v for v in offered if not ceiling or (version_branch(v) or 0) <= ceiling])
+    newest = _newest([v for v in offered if not ceiling or (driver_branch(v) or 0) <= ceiling])
     if newest is None and offered and ceiling:
         raise DriverChoiceError(
             "nvidia_driver_branch is auto but the apt sources offer %s only past branch %d, the last that drives %s "
             "(%s); add a source that has branch %d, or set nvidia_driver_branch" % (
                 main, ceiling, ", ".join(describe(g) for g in gpus if g.get("max_branch") == ceiling),
                 ", ".join(offered), ceiling))
-    if (not newest or not version_branch(newest)) and request.get("sources_pending") and floor:
+    if (not newest or not driver_branch(newest)) and request.get("sources_pending") and floor:
         return floor, ("newest %s of the apt sources this run adds, at least branch %d for these GPUs "
                        "(check mode cannot read those sources yet)" % (main, floor))
-    if not newest or not version_branch(newest):
+    if not newest or not driver_branch(newest):
         if request["style"] == "nvidia":
             raise DriverChoiceError("nvidia_driver_branch is auto but no %s package is in the apt sources: is "
                                     "NVIDIA's CUDA repository (nvidia_driver_cuda_repo_url) reachable?" % main)
         raise DriverChoiceError("nvidia_driver_branch is auto but no %s package is in the apt sources "
                                 "(enable non-free, or set nvidia_driver_repositories)" % main)
-    return version_branch(newest), "newest %s in the apt sources (%s)%s" % (
+    return driver_branch(newest), "newest %s in the apt sources (%s)%s" % (
         main, newest, ", at most branch %d for these GPUs" % ceiling if ceiling else "")
 
 
@@ -697,15 +683,15 @@ def plan(request, gpus, query):
     packages += [name for name in fabric if name not in packages]
     main = packages[0]
     madison = query.madison(packages)
-    available = sorted((v for v in madison.get(main, []) if version_branch(v) == branch),
+    available = sorted((v for v in madison.get(main, []) if driver_branch(v) == branch),
                        key=cmp_to_key(compare_versions), reverse=True)
     main_installed = dpkg.get(main, {}).get("installed")
-    other = [v for v in madison.get(main, []) if version_branch(v) != branch]
+    other = [v for v in madison.get(main, []) if driver_branch(v) != branch]
     if not available and other and request["style"] == "ubuntu":
         raise DriverChoiceError(
             "%s in the apt sources is %s, not a branch %d driver: Ubuntu made it a transitional package that "
             "pulls a newer branch. Fix: set nvidia_driver_branch: %d (or auto) after checking the GPU is supported by it"
-            % (main, ", ".join(other), branch, max(version_branch(v) or 0 for v in other)))
+            % (main, ", ".join(other), branch, max(driver_branch(v) or 0 for v in other)))
     if request.get("version"):
         wanted = _pick(available, request["version"]) or (request["version"] if request["version"] in available else None)
         if wanted is None:
@@ -1010,7 +996,7 @@ def parse_preferences(text):
         raise ValueError(str(exc))
     for line, fields in found:
         package = (fields.get("package") or "").strip()
-        pin_type, _, pin = (fields.get("pin") or "").strip().partition(" ")
+        pin_type, _sep, pin = (fields.get("pin") or "").strip().partition(" ")
         stanzas.append({"line": line, "packages": package.split(), "generic": package == "*",
                         "pin_type": pin_type.lower() or None, "pin": pin.strip(),
                         "priority": _priority(fields.get("pin-priority"))})
