@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The backup_dir option shared by the modules that replace a config file (one copy of its text)."""
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type

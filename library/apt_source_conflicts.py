@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Find the host's other apt sources of a repository that name it with another Signed-By (read-only)."""
 
 from __future__ import absolute_import, division, print_function
@@ -19,7 +22,7 @@ description:
     O(suite) with a Signed-By other than O(signed_by); the message names the O(layer), the files and O(fix).
     Changes nothing.
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   uri:
     description: The repository's URI.

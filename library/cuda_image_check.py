@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Check an image's CUDA requirement (NVIDIA_REQUIRE_*) against the host driver before it starts."""
 
 from __future__ import absolute_import, division, print_function
@@ -22,7 +25,7 @@ description:
     be a datacenter part, when the image sets C(NVIDIA_DISABLE_REQUIRE), and when the driver's CUDA
     version is unknown. Read-only.
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   env:
     description:

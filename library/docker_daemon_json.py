@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Merge settings into /etc/docker/daemon.json without losing the operator's keys."""
 
 from __future__ import absolute_import, division, print_function
@@ -19,7 +22,7 @@ description:
   - Validates the result with C(dockerd --validate --config-file) before writing, where the installed
     engine has that flag (Docker 23+).
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 extends_documentation_fragment:
   - gpuhost_backup
 options:

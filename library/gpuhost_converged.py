@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Record, or compare with the host, the fingerprint site.yml left on a converged GPU host."""
 
 from __future__ import absolute_import, division, print_function
@@ -19,7 +22,7 @@ description:
     serving container is running and answers C(/health) with 200. Then site.yml has nothing to do on the
     host and skips its roles. Every difference is named in C(differences).
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   mode:
     description: C(compare) (read-only) or C(record).

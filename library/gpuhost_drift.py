@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Compare a GPU host with its converged record and its live stack (read-only)."""
 
 from __future__ import absolute_import, division, print_function
@@ -17,7 +20,7 @@ description:
   - Returns per layer C(ok) or C(drift) with findings, each marked C(auto) (a drift run repairs it through
     the roles' tasks and handlers), C(reboot) (only where reboots are allowed) or C(manual). Read-only.
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   record:
     description:

@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Write a drift run's per-host JSON reports and its fleet summary."""
 
 from __future__ import absolute_import, division, print_function
@@ -15,7 +18,7 @@ description:
     what was repaired and what remains; self-contained HTML) and C(summary.json).
   - Returns C(clean) — true when every host is clean or repaired — for the run's exit status.
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   results:
     description: Host name to C({before, after, check_mode}) (M(gpuhost_drift) results), or C({unreachable, msg}).

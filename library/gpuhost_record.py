@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Record what a layer converged to in the host's local facts (ansible_local.gpuhost)."""
 
 from __future__ import absolute_import, division, print_function
@@ -15,7 +18,7 @@ description:
     and writes only when something changed (atomically, mode 0644).
   - Drift runs read it back as C(ansible_local.gpuhost) and compare it with the live host.
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   section:
     description: The layer's section.

@@ -1,6 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import absolute_import, division, print_function
 
@@ -19,8 +21,7 @@ description:
   - "Host names, evidence and remedies are treated as untrusted text: escaped in Markdown and HTML,
     host names reduced to C([A-Za-z0-9._-]) in file names."
 version_added: "1.0.0"
-author:
-  - gpuhost maintainers
+author: gpuhost maintainers (!UNKNOWN)
 options:
   results:
     description:

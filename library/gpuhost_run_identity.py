@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Ansible module: who this gpuhost run is on the control node, and whether other runs have ended."""
 
 from __future__ import absolute_import, division, print_function
@@ -18,7 +21,7 @@ description:
     this control node and whose ansible-playbook process is no longer there (or that ran before its last boot).
     Runs of other control nodes are never judged gone here.
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   playbook:
     description: The playbook that runs (written into the lock, named to a run that has to wait).

@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Ansible module: one gpuhost run per host (thin shell over module_utils.run_lock)."""
 
 from __future__ import absolute_import, division, print_function
@@ -21,7 +24,7 @@ description:
   - C(changed) is always false - the lock lives only while the run does, so a run leaves the host as it
     found it (molecule's idempotence step holds).
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   path:
     description: The lock file on the host.
@@ -133,7 +136,7 @@ def take_over(path, expected_id, run_id):
         os.rename(path, aside)
     except FileNotFoundError:
         return
-    record, _ = read_lock(aside)
+    record = read_lock(aside)[0]
     if (record or {}).get("id") == expected_id:
         os.unlink(aside)
         return

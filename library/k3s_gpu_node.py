@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Read a k3s GPU node: its version, whether k3s's containerd has the nvidia runtime, what to write."""
 
 from __future__ import absolute_import, division, print_function
@@ -18,7 +21,7 @@ description:
     time-slicing config as a ConfigMap, for the role to write into the server's auto-deploy manifests.
   - Read-only; writes nothing.
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   data_dir:
     description: k3s's data directory.

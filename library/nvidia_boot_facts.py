@@ -1,6 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import absolute_import, division, print_function
 
@@ -21,8 +23,7 @@ description:
     C(next_boot_problem) says so with the package or build it needs; the driver role refuses to reboot then.
   - Sets C(ansible_facts.nvidia_boot).
 version_added: "1.0.0"
-author:
-  - gpuhost maintainers
+author: gpuhost maintainers (!UNKNOWN)
 options:
   distribution:
     description:

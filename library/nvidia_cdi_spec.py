@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Keep the NVIDIA CDI spec fresh for the loaded driver."""
 
 from __future__ import absolute_import, division, print_function
@@ -26,7 +29,7 @@ description:
   - A generated spec that an installed engine still cannot read is reported in RV(too_new_for) and as a
     warning.
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 extends_documentation_fragment:
   - gpuhost_backup
 options:

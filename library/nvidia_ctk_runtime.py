@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Register the NVIDIA runtime with docker or containerd through nvidia-ctk, idempotently."""
 
 from __future__ import absolute_import, division, print_function
@@ -24,7 +27,7 @@ description:
     version differs from the drop-in's makes the module fail naming the file and the fix; the file is left
     byte-identical.
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 extends_documentation_fragment:
   - gpuhost_backup
 options:

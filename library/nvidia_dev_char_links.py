@@ -1,6 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import absolute_import, division, print_function
 
@@ -20,8 +22,7 @@ description:
   - A link that already resolves to its node (absolute, or relative as udev writes them) is kept; a symlink to
     anything else is replaced; a file or device at a link's path is reported and left alone.
 version_added: "1.0.0"
-author:
-  - gpuhost maintainers
+author: gpuhost maintainers (!UNKNOWN)
 options:
   path:
     description: The directory of the links.

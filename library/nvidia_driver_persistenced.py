@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Make the packaged nvidia-persistenced unit run with persistence mode on (a drop-in where needed)."""
 
 from __future__ import absolute_import, division, print_function
@@ -24,7 +27,7 @@ description:
     caller unmasks it (O(unmask)), unless O(method) asks for C(nvidia-smi -pm 1).
   - The caller reloads systemd and restarts the daemon when this reports a change.
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   unit:
     description: Name of the unit.

@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Enable apt components (non-free, non-free-firmware) in the host's existing Debian sources."""
 
 from __future__ import absolute_import, division, print_function
@@ -17,7 +20,7 @@ description:
   - Comments, other fields, other entries and their order are kept byte for byte; the file is written
     atomically and only when something changes.
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 extends_documentation_fragment:
   - gpuhost_backup
 options:

@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """nvidia_driver_package_style: auto on Debian: Debian's archive, or NVIDIA's CUDA repository."""
 
 from __future__ import absolute_import, division, print_function
@@ -15,7 +18,7 @@ description:
     550; Blackwell needs 570), the driver can only come from NVIDIA's CUDA repository and the style is
     C(nvidia); otherwise C(debian). Ubuntu is always C(ubuntu). Read-only.
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   distribution:
     description: The host's distribution (ansible_facts.distribution).

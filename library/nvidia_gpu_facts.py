@@ -1,6 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import absolute_import, division, print_function
 
@@ -19,8 +21,7 @@ description:
   - Never fails because the GPU layer is broken; it fails only on its own invalid arguments.
     Read-only, so it supports check mode.
 version_added: "0.1.0"
-author:
-  - gpuhost maintainers
+author: gpuhost maintainers (!UNKNOWN)
 options:
   nvidia_smi_path:
     description:

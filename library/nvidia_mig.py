@@ -1,6 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import absolute_import, division, print_function
 
@@ -23,8 +25,7 @@ description:
     validated right after; a layout it cannot hold turns the mode off again before the refusal.
   - The logic is module_utils/gpu/mig_apply.py, which the boot unit's script (role nvidia_mig) runs too.
 version_added: "1.0.0"
-author:
-  - gpuhost maintainers
+author: gpuhost maintainers (!UNKNOWN)
 options:
   layout:
     description:

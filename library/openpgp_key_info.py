@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Report the fingerprints of an OpenPGP key file and check one against an expected value."""
 
 from __future__ import absolute_import, division, print_function
@@ -14,7 +17,7 @@ description:
     computed in Python (no gpg needed). With O(expected_fingerprint) it fails unless the file holds
     that key. Read-only.
 version_added: "1.0.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   path:
     description: The key file.

@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Ansible module: vLLM memory plan before a start (thin shell over module_utils.vllm_plan)."""
 
 from __future__ import absolute_import, division, print_function
@@ -37,7 +40,7 @@ description:
     C(model.safetensors.index.json), C(/proc/PID/cgroup) and O(measured_path); never
     changes anything.
 version_added: "0.1.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   gpu_memory_mib:
     description: Total memory of one GPU in MiB as nvidia-smi prints it (C(memory.total)).
@@ -327,12 +330,10 @@ held_mib:
   type: dict
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.serving.vllm_plan import (PlanError, held_by_others, load_measurements, plan, plan_host,
-                                            refuse_message)
+from ansible.module_utils.serving.vllm_plan import (
+    PlanError, held_by_others, load_measurements, plan, plan_host, refuse_message)
 from ansible.module_utils.gpu.gpu_topology import placement_warnings
 
 SINGLE = ("gpu_memory_mib", "gpu_reserved_mib", "gpu_name", "gpu_memory_utilization", "max_model_len",
@@ -348,7 +349,7 @@ ARGUMENT_SPEC = dict(
     max_model_len=dict(type="int"),
     model_dir=dict(type="path"),
     weights_gib=dict(type="float"),
-    kv_bytes_per_token=dict(type="int"),
+    kv_bytes_per_token=dict(type="int", no_log=False),
     non_torch_gib=dict(type="float"),
     activation_gib=dict(type="float"),
     cuda_graph_gib=dict(type="float"),
@@ -356,7 +357,7 @@ ARGUMENT_SPEC = dict(
     quantization=dict(type="str"),
     tensor_parallel_size=dict(type="int", default=1),
     max_num_seqs=dict(type="int"),
-    max_num_batched_tokens=dict(type="int"),
+    max_num_batched_tokens=dict(type="int", no_log=False),
     vllm_version=dict(type="str"),
     image=dict(type="str"),
     enforce_eager=dict(type="bool", default=False),
@@ -414,8 +415,6 @@ def main():
         mutually_exclusive=[("host_instances", "model_dir"), ("host_instances", "weights_gib")],
         supports_check_mode=True,
     )
-    if module.params["measured_path"]:
-        module.params["measured_path"] = os.path.expanduser(module.params["measured_path"])
     try:
         result, failure = run(module.params)
     except PlanError as exc:

@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Ansible module: compare vLLM starts with their plans and record what they measured (thin shell
 over module_utils.vllm_plan)."""
 
@@ -27,7 +30,7 @@ description:
     the startup log's figures and its warnings - for C(gpuhost_record) to write.
   - Written atomically with a backup; a malformed store is reported, never overwritten.
 version_added: "0.1.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   path:
     description: The measurements file.

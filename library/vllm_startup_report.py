@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Ansible module: report on a vLLM startup log (thin shell over module_utils.vllm_log)."""
 
 from __future__ import absolute_import, division, print_function
@@ -22,7 +25,7 @@ description:
   - A log holding several starts is reported on its last one.
   - Read-only; never fails because the start failed - the role decides.
 version_added: "0.1.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   log:
     description: The log text. Mutually exclusive with O(container).
@@ -171,7 +174,7 @@ def main():
     if params["container"]:
         docker = module.get_bin_path(params["docker_bin"]) or params["docker_bin"]
         argv = docker_logs_argv(docker, params["container"], params["tail"])
-        rc, out, _ = ModuleHostIO(module, errors="surrogate_then_replace").run(argv, merge_stderr=True)
+        rc, out, _err = ModuleHostIO(module, errors="surrogate_then_replace").run(argv, merge_stderr=True)
         if rc != 0:
             module.fail_json(msg="vllm startup report: '%s' failed (rc %d): %s"
                              % (command_line(argv, merge_stderr=True), rc, out.strip()[-500:]), changed=False)

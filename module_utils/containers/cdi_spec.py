@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Pure reading of NVIDIA CDI specs (as `nvidia-ctk cdi generate` writes them). No Ansible imports.
 
 The spec has no field naming the driver version: it shows only in versioned library mounts

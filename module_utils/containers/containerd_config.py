@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Pure logic for registering the NVIDIA runtime with containerd: no Ansible imports, Python stdlib only.
 
 `nvidia-ctk runtime configure --runtime=containerd` (toolkit >= 1.18) writes a drop-in

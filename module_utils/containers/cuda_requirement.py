@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Will the host's driver run this image's CUDA?  The image's NVIDIA_REQUIRE_* against the driver.
 
 Pure stdlib, no Ansible imports (shipped to hosts as module_utils; library/cuda_image_check.py is the
@@ -272,7 +275,7 @@ def forward_compat_branches(alternatives):
     """Driver branches an image's brand/driver alternatives admit (535 from driver>=535,driver<536)."""
     branches = set()
     for terms in alternatives:
-        if any(name == "cuda" for name, _, _ in terms):
+        if any(term[0] == "cuda" for term in terms):
             continue
         for name, op, value in terms:
             if name == "driver" and op == ">=":
@@ -346,7 +349,7 @@ def check(env, driver_cuda, driver_version=None, gpu_brands=None, datacenter=Non
     if driver_version:
         driver_version = _checked_version(driver_version, "driver version")
     result = {"verdict": None, "image": image, "image_cuda": wanted, "driver_cuda": driver_cuda,
-              "driver_version": driver_version, "requirements": [text for _, text, _ in parsed],
+              "driver_version": driver_version, "requirements": [entry[1] for entry in parsed],
               "satisfied_by": [], "assumed": [], "failed_requirement": None, "toolkit_error": None,
               "message": "", "fixes": [], "gpu_brands": list(gpu_brands) if gpu_brands else None,
               "datacenter": datacenter}
@@ -412,7 +415,7 @@ def _finish(result, verdict, message):
 
 
 def _cuda_alternatives(parsed):
-    for var, _, alternatives in parsed:
+    for var, _text, alternatives in parsed:
         if var in (REQUIRE_CUDA, LEGACY):
             return alternatives
     return []

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Pure logic for /etc/docker/daemon.json: parse, merge, render. No Ansible imports.
 
 Two writers share daemon.json on a GPU host: the docker role (merging the operator's options) and

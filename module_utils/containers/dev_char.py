@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """/dev/char links for the NVIDIA device nodes: pure logic, Python stdlib only.
 
 Why: where systemd manages a container's cgroup (docker/containerd with the systemd cgroup driver), the

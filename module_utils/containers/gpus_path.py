@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Which way docker's `--gpus` reaches an NVIDIA GPU: the legacy hook or CDI. Pure, Python stdlib only.
 
 `--gpus all` is a DeviceRequest {Driver: "", Count: -1, Capabilities: [["gpu"]]} (docker/cli

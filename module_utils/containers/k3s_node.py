@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """A k3s GPU node: what k3s does itself, and the few files gpuhost writes for it.
 
 Pure functions, stdlib only (shipped to hosts as module_utils). Facts (docs/research/containerd-k3s.md §4):
@@ -43,7 +46,7 @@ def parse_version(text):
 
 def config_schema(version):
     """The containerd config version k3s renders: 3 on containerd 2.x, 2 before."""
-    minor, patch, _ = version
+    minor, patch, _suffix = version
     first = CONTAINERD_2_FROM.get(minor)
     if minor > 32 or (first is not None and patch >= first):
         return 3

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Drift of a GPU host against what gpuhost converged it to. Pure functions (no Ansible but module_utils).
 
 Inputs: the host's record (`ansible_local.gpuhost`, written by the roles), the live stack
@@ -6,7 +9,8 @@ Inputs: the host's record (`ansible_local.gpuhost`, written by the roles), the l
 recorded serving containers. Output: per layer, what drifted and whether a drift run may repair it.
 """
 
-from ansible.module_utils.host.dpkg import FORMAT as DPKG_FORMAT, parse as parse_dpkg
+# DPKG_FORMAT: the modules import it from here.
+from ansible.module_utils.host.dpkg import FORMAT as DPKG_FORMAT, parse as parse_dpkg  # pylint: disable=unused-import
 from ansible.module_utils.layers.registry import DRIFT_LAYERS as LAYERS
 
 # How a drift run may deal with a finding: `auto` through the roles' own tasks and handlers (runtime

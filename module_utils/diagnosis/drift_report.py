@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Fleet summary of a drift run: per host and layer, the state before and after, what was repaired
 and what remains. Markdown and a self-contained HTML page. Pure stdlib, no Ansible imports.
 

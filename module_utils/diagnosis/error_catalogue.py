@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """One table of the error texts a GPU serving host prints, and what each one means.
 
 Pure stdlib, Python >= 3.9 (shipped to hosts as module_utils).
@@ -347,7 +350,7 @@ XID_CATALOGUE = {
     32: ("Invalid or corrupted push buffer stream", "driver, PCIe or system memory trouble", "RESET_GPU"),
     43: ("GPU stopped processing", "the application hit an error and its channel was stopped", "RESTART_APP"),
     45: ("Preemptive cleanup, due to previous errors", "channels of a killed or failed process torn down; "
-                                                      "follows another Xid", "IGNORE"),
+         "follows another Xid", "IGNORE"),
     48: ("Double Bit ECC Error (uncorrectable memory error)", "GPU memory", "RESET_GPU"),
     61: ("Internal micro-controller breakpoint/warning", "GPU firmware", "RESET_GPU"),
     62: ("Internal micro-controller halt", "GPU firmware or hardware", "RESET_GPU"),

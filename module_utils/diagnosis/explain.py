@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Explain any error text from a GPU host: which layer broke, what the decisive line means, the fix.
 
 Pure stdlib, Python >= 3.9 (shipped to hosts as module_utils).
@@ -102,7 +105,7 @@ def _fabric_finding(text, lines):
     names = [f["pci_bus_id"] or "GPU %d" % i for i, f in enumerate(fabrics)]
     value = fabrics[names.index(verdict["gpus"][0])][field] if verdict["gpus"][0] in names else None
     decisive = re.compile(r"^\s*%s\s*:\s*%s\s*$|<%s>\s*%s\s*</%s>" % (key, re.escape(value or ""), tag,
-                                                                     re.escape(value or ""), tag))
+                                                                      re.escape(value or ""), tag))
     number = next((n for n, line in enumerate(lines, 1) if decisive.search(line.strip())), 1)
     needs = needs_fabric_manager(switches, fabrics)
     return {"layer": "fabric", "kind": "fabric_" + verdict["state"], "line": number,
@@ -119,7 +122,7 @@ def _by_kind():
 
 
 _ENTRY_OF_KIND = _by_kind()
-_VLLM_KINDS = {name: entry for name, entry in catalogue.in_scope("vllm")}
+_VLLM_KINDS = dict(catalogue.in_scope("vllm"))
 
 
 def explain(data):
@@ -145,7 +148,7 @@ def explain(data):
         for segment in physical.split("\r"):
             if not segment.strip():
                 continue
-            level, message, _, _ = clean_line(segment)
+            level, message, _proc, _rank = clean_line(segment)
             if not message:
                 continue
             lower = message.lower()

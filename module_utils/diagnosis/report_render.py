@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Fleet summaries of gpu_stack_check results: a Markdown table and a self-contained HTML page.
 
 Pure stdlib, no Ansible imports. Input: {host name: gpu_stack_check result}. A host that could not
@@ -72,7 +75,7 @@ def host_findings(result):
 
 
 def rows(results):
-    return [host_row(h, results[h]) for h in sorted(results or {}, key=lambda h: _text(h))]
+    return [host_row(h, results[h]) for h in sorted(results or {}, key=_text)]
 
 
 def fleet_summary(results):

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """NVIDIA's CUDA repository as a driver source (nvidia_driver_package_style: nvidia): names only.
 
 Pure stdlib, Python >= 3.9, no Ansible imports. Every fact here is in
@@ -49,7 +52,7 @@ def repo_distro(distribution, version):
     name = (distribution or "").strip().lower()
     version = str(version or "").strip()
     if name == "debian":
-        distro = "debian%s" % version.split(".")[0]
+        distro = "debian%s" % version.split(".", 1)[0]
     elif name == "ubuntu":
         distro = "ubuntu%s" % version.replace(".", "")
     else:
@@ -156,8 +159,7 @@ def parse_pinning(text):
             versions.add(match.group(1) + match.group(2))
         else:
             branches.add(int(match.group(1)))
-    key = lambda v: [int(x) for x in v.split(".")]  # noqa: E731
-    return {"branches": sorted(branches), "versions": sorted(versions, key=key)}
+    return {"branches": sorted(branches), "versions": sorted(versions, key=lambda v: [int(x) for x in v.split(".")])}
 
 
 def archive_branches(madison_text, exclude_url=None):

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Enable apt components (non-free, non-free-firmware, ...) in a host's existing Debian sources.
 
 Pure stdlib, no Ansible imports. Two formats:
@@ -42,7 +45,8 @@ def _fields(lines, start, end):
         if line.startswith("#"):
             continue
         if line[:1] in (" ", "\t") and current:
-            name, first, _, value = current
+            # current is a tuple once set
+            name, first, _last, value = current  # pylint: disable=unpacking-non-sequence
             current = (name, first, i, value + " " + line.strip())
             fields[name] = (first, i, current[3])
             continue
@@ -65,7 +69,7 @@ def paragraphs(text):
     for start, end in _stanzas(lines):
         if all(lines[i].startswith("#") for i in range(start, end)):
             continue
-        result.append((start + 1, {name: value for name, (_, _, value) in _fields(lines, start, end).items()}))
+        result.append((start + 1, {name: field[2] for name, field in _fields(lines, start, end).items()}))
     return result
 
 

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Fingerprints of OpenPGP public keys (armored or binary), without gpg. No Ansible imports.
 
 Why not gpg: the repository key must be checked before apt ever trusts it, also in check mode and on

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """nvidia-persistenced's packaged systemd unit: does it leave persistence mode off, and the drop-in that fixes it.
 
 Pure stdlib, no Ansible imports.
@@ -36,7 +39,7 @@ def parse_unit(text):
             continue
         if current is None or "=" not in line:
             continue
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         current.append((key.strip(), value.strip()))
     return sections
 
@@ -65,7 +68,7 @@ def analyse(unit_text):
     stop_values = _values(sections, "Unit", "StopWhenUnneeded")
     stop_when_unneeded = bool(stop_values) and stop_values[-1].lower() in ("1", "yes", "true", "on")
     install = sections.get("Install", [])
-    static = not any(k in ("WantedBy", "RequiredBy", "Alias", "Also", "UpheldBy") for k, _ in install)
+    static = not any(k in ("WantedBy", "RequiredBy", "Alias", "Also", "UpheldBy") for k, _value in install)
     lines = []
     if stop_when_unneeded:
         lines += ["[Unit]", "StopWhenUnneeded=false", ""]

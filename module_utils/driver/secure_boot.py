@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Secure Boot facts of a GPU host and whether its nvidia module can load under them.
 
 Pure stdlib, Python >= 3.9 (shipped to hosts as module_utils). Every parser reads the text (or bytes)
@@ -388,7 +391,7 @@ def stranded_kernels(installed, running_kver, dkms_status=None, packages=None, m
         else:
             fix = ("build the module for it before booting it: `dkms autoinstall -k %s` (needs linux-headers-%s); "
                    "under Secure Boot the build is signed with the DKMS key, which must be enrolled" % (kernel["kver"],
-                                                                                                       kernel["kver"]))
+                                                                                                        kernel["kver"]))
         out.append(dict(kernel, fix=fix))
     return out
 

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """NVIDIA GPU architecture table: PCI device id / product name -> architecture facts.
 
 Pure stdlib, no Ansible imports (runs inside AnsiballZ and as a plain module).
@@ -184,7 +187,7 @@ def normalise_device_id(value):
         return None
     text = value.strip().lower()
     if ":" in text:
-        vendor, _, text = text.partition(":")
+        vendor, _sep, text = text.partition(":")
         if vendor.strip() != "10de":
             return None
         text = text.strip()

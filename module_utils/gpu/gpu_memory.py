@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """GPU memory as vLLM sees it: nvidia-smi's total minus the driver's reservation.
 
 Pure stdlib, Python >= 3.9 (shipped to hosts as module_utils).

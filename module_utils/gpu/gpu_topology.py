@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """How a host's GPUs are connected: `nvidia-smi topo -m`, and the Fabric section of `nvidia-smi -q`.
 
 Pure stdlib (python >= 3.9), no Ansible imports, no host access.
@@ -25,8 +28,8 @@ What the real outputs show (../shared/corpus/nvidia_smi/055-067, tests/fixtures/
 import re
 import xml.etree.ElementTree as ET
 
-from ansible.module_utils.gpu.nvsmi_parse import (_Q_GPU, ParseError, TruncatedInput, _last_xml_document, _q_tree,
-                                              clean_text)
+from ansible.module_utils.gpu.nvsmi_parse import (
+    _Q_GPU, ParseError, TruncatedInput, _last_xml_document, _q_tree, clean_text)
 
 # The columns after the devices, and the key each goes under.
 AFFINITY_COLUMNS = {"CPU Affinity": "cpu_affinity", "NUMA Affinity": "numa_affinity", "GPU NUMA ID": "gpu_numa_id"}
@@ -169,6 +172,7 @@ def placement_warnings(topo, instances):
 # ---------------------------------------------------------------------------------------------
 # Fabric (NVSwitch) state per GPU, from nvidia-smi -q or a grep -A excerpt of it
 
+
 def _fabric_of(node, bus_id):
     health = node.find("Health")
     return {
@@ -204,7 +208,7 @@ def parse_fabric(data):
 def parse_fabric_xml(data):
     """Each <gpu>'s <fabric> of `nvidia-smi -q -x`, in parse_fabric's form ([] before about 535, whose
     documents have no <fabric>)."""
-    doc, _ = _last_xml_document(clean_text(data).strip())
+    doc = _last_xml_document(clean_text(data).strip())[0]
     try:
         root = ET.fromstring(doc)
     except ET.ParseError as exc:

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Parsers for host-side GPU evidence: /proc/driver/nvidia/version, `lspci -nn`, sysfs PCI
 attributes and `ubuntu-drivers devices`.
 

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """MIG: bring a host's GPUs to a declared layout (the nvidia_mig module and the boot script share it).
 
 Pure stdlib (python >= 3.9), no Ansible imports. Every nvidia-smi call goes through `run(argv) ->

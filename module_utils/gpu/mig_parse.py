@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """MIG: parsers for `nvidia-smi mig` listings, and the pure decisions of a declared layout.
 
 Pure stdlib (python >= 3.9), no Ansible imports, no host access.
@@ -370,7 +373,7 @@ def _creation_order(names, by_slices):
     'Insufficient Resources' because the 3g.20gb (ID 9) came last."""
     indexed = list(enumerate(names))
     indexed.sort(key=lambda item: (-by_slices(item[1]), item[0]))
-    return [name for _, name in indexed]
+    return [entry[1] for entry in indexed]
 
 
 def _slices_of(name):

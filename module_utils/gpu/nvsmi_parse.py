@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Parsers for every form of nvidia-smi output, form detection, and normalised GPU facts.
 
 Pure stdlib (python >= 3.9), no Ansible imports: used by the nvidia_gpu_facts module (inside
@@ -490,7 +493,7 @@ def parse_xml(data, partial=False):
         result["processes"].extend(processes)
     if result["attached_gpus"] is not None and result["attached_gpus"] != len(result["gpus"]):
         result["warnings"].append(
-            "attached_gpus says %d but the document has %d <gpu> element(s) (trimmed capture?)"
+            "attached_gpus says %s but the document has %d <gpu> element(s) (trimmed capture?)"
             % (result["attached_gpus"], len(result["gpus"])))
     return result
 
@@ -667,7 +670,7 @@ def parse_q(data, partial=False):
         if "NVSMI LOG" not in text and result["driver_version"] is None:
             if not partial:
                 raise UnsupportedForm("an excerpt of nvidia-smi -q (no 'GPU <bus id>' section): no device facts")
-            gpu, processes, _ = _q_gpu(root, None, None)
+            gpu, processes, _has_processes = _q_gpu(root, None, None)
             if _has_facts(gpu):
                 result["gpus"].append(gpu)
                 result["processes"].extend(processes)
@@ -682,7 +685,7 @@ def parse_q(data, partial=False):
         result["gpus"].append(gpu)
         result["processes"].extend(processes)
     if result["attached_gpus"] is not None and result["attached_gpus"] > len(sections):
-        _cut_short(result, partial, "-q text says %d attached GPUs but has %d GPU section(s) (truncated?)"
+        _cut_short(result, partial, "-q text says %s attached GPUs but has %d GPU section(s) (truncated?)"
                    % (result["attached_gpus"], len(sections)))
     if not last_has_processes or result["gpus"][-1]["memory_total_mib"] is None:
         _cut_short(result, partial, "-q text ends inside the last GPU section (no Processes entry; truncated?)")

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """dpkg's package states: the one `dpkg-query` format gpuhost asks for and the one parser of what dpkg says.
 
 Every caller (the stack check's layers, the driver plan, Secure Boot's module source, drift and the converged

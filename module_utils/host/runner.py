@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The one way gpuhost runs a command on a host and reads its files: a HostIO.
 
 Every module and every module_utils function that needs the host goes through one of these, so the same
@@ -173,7 +176,7 @@ class SubprocessHostIO(HostIO):
         try:
             proc = subprocess.run(argv, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-                                  universal_newlines=True, timeout=self.timeout, env=env)
+                                  universal_newlines=True, timeout=self.timeout, env=env, check=False)
         except OSError as exc:
             return NOT_RUN_RC, "", str(exc)
         except subprocess.TimeoutExpired:

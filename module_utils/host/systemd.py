@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """systemd's word on a unit: its state (`systemctl show`), its definition (`systemctl cat`: the users it runs as),
 why it failed (`journalctl -u UNIT -b -n 20 --no-pager`), and whether a user exists (`getent passwd`).
 
@@ -176,7 +179,7 @@ def failure_cause(journal_text, show=None, users=()):
             continue
         # The line that names what is missing (a path, a user) decides over systemd's status line.
         named = [h for h in hits if h[2] is not None and any(h[2].groupdict().get(g) for g in
-                                                               ("daemon_user", "path1", "path2"))]
+                                                             ("daemon_user", "path1", "path2"))]
         ident, msg, match = (named or hits)[0]
         cause.update(kind=kind, reason=msg, line=("%s: %s" % (ident, msg)) if ident else msg)
         if match is not None and match.groupdict().get("daemon_user"):

@@ -12,7 +12,8 @@ A check result is a dict:
 import re
 import shlex
 
-from ansible.module_utils.host.runner import TIMEOUT_RC  # noqa: F401  (the checks compare an rc with it)
+# The checks compare an rc with it.
+from ansible.module_utils.host.runner import TIMEOUT_RC  # noqa: F401  # pylint: disable=unused-import
 from ansible.module_utils.layers.registry import (
     DEFAULT_REQUIRED_LAYERS, STACK_LAYERS as LAYERS, TOOLKIT_PACKAGES, titles as layer_titles)
 from ansible.module_utils.gpu.nvsmi_parse import clean_text

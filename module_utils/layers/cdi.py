@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Layer `cdi`: the CDI spec present, parseable, fresh for the loaded driver, not shadowed, a version the
 engine reads, and `nvidia-ctk cdi list` resolving the devices."""
 import re
@@ -30,7 +33,7 @@ def check_cdi_spec(spec_texts, loaded_version, gpu_count=None, managed=DEFAULT_C
             summaries[path] = read_spec(spec_texts[path])
             s = summaries[path]
             lines.append("%s: kind %s, %d device(s), driver %s" % (path, s["kind"], len(s["devices"]),
-                                                                    ", ".join(s["driver_versions"]) or "unknown"))
+                                                                   ", ".join(s["driver_versions"]) or "unknown"))
         except CdiSpecError as exc:
             lines.append("%s: %s" % (path, exc))
     if loaded_version:

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Layer `container`: a fresh container sees the GPUs (--gpus, CDI where the engine resolves it), CUDA runs
 in one, which path --gpus took, and every running serving container still has its GPUs."""
 import json

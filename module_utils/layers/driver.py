@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Layer `driver`: the GPU on the PCI bus, the kernel module and its version, its signature under Secure Boot,
 the next boot's module, the device nodes and NVML (userspace library against the kernel module)."""
 import re
@@ -59,7 +62,7 @@ def check_kernel_module(proc_version_text, facts, path=DEFAULT_PROC_VERSION):
     """The kernel module is loaded, and which version/flavour (/proc/driver/nvidia/version)."""
     lines = _grep(proc_version_text, r"^\s*NVRM version:")
     ev = evidence("cat %s" % path, lines or (["%s: no such file" % path] if proc_version_text is None
-                                            else _lines(proc_version_text)[:3]))
+                                             else _lines(proc_version_text)[:3]))
     kernel = None
     if proc_version_text:
         try:
@@ -84,7 +87,7 @@ def check_kernel_module(proc_version_text, facts, path=DEFAULT_PROC_VERSION):
         return result("kernel_module", "driver", "fail",
                       "the loaded module %s is proprietary, but %s need the open kernel modules"
                       % (kernel["version"], ", ".join(sorted(set(d.get("product") or d.get("pci_id")
-                                                               for d in needing)))),
+                                                                 for d in needing)))),
                       remedy="install the -open driver flavour (nvidia_driver_flavor: open, "
                              "site.yml --tags driver) and reboot", ev=ev, data=data)
     return result("kernel_module", "driver", "ok", "NVIDIA %s kernel module %s loaded"
@@ -195,7 +198,7 @@ def check_nvml(facts, captures):
         warnings = [w for w in facts.get("warnings") or [] if "differs from userspace" in w
                     or "visible to nvidia-smi" in w or "needs driver branch" in w]
         summary = "NVML works: %d GPU(s), driver %s" % (facts.get("gpu_count") or 0,
-                                                         facts.get("driver_version_userspace"))
+                                                        facts.get("driver_version_userspace"))
         if warnings:
             return result("nvml", "driver", "warn", summary + "; " + "; ".join(warnings),
                           remedy=REMEDY_RELOAD if any("differs" in w for w in warnings)
@@ -286,7 +289,7 @@ def check_next_boot(boot):
     with_module = set(kernels.get("with_module") or ())
     for kver in kernels.get("installed") or []:
         lines.append("kernel %s%s: %s" % (kver, " (running)" if kver == kernels.get("running") else "",
-                                           "nvidia module" if kver in with_module else "no nvidia module"))
+                                          "nvidia module" if kver in with_module else "no nvidia module"))
     data = {"running": kernels.get("running"), "next_boot": kernels.get("next_boot"),
             "stranded": kernels.get("stranded") or [], "module_kind": module.get("kind"),
             "secure_boot_enforcing": state.get("enforcing"), "loads": boot.get("loads")}

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The generic checks every layer gets before its own: `<layer>_basics`, from what the registry says the layer
 owns (registry.Owns). A fault nobody wrote a check for still lands on the right layer with its real cause:
 
@@ -71,23 +74,25 @@ def package_findings(layer, spec, packages, opts):
             _repair_remedy(layer, half), [l for l in lines if l.split()[0] in half], command))
     absent = [n for n in names if n not in half and not (packages.get(n) or {}).get("installed")]
     if absent:
-        out.append(_finding("package_missing", "fail", "not installed: %s" % ", ".join(
-            n if n not in packages else "%s (%s)" % (n, dpkg.describe(packages[n])) for n in absent),
-            _install_remedy(layer, absent), [l for l in lines if l.split()[0] in absent] or ["%s: not known to dpkg" % n
-                                                                                     for n in absent], command))
+        out.append(_finding(
+            "package_missing", "fail", "not installed: %s" % ", ".join(
+                n if n not in packages else "%s (%s)" % (n, dpkg.describe(packages[n])) for n in absent),
+            _install_remedy(layer, absent),
+            [l for l in lines if l.split()[0] in absent] or ["%s: not known to dpkg" % n for n in absent], command))
     versions = sorted(set(packages[n]["version"] for n in names if (packages.get(n) or {}).get("unpacked")))
     if spec.same_version and len(versions) > 1:
-        out.append(_finding("package_versions", "warn", "%s packages at different versions: %s" % (
-            layer.name, ", ".join("%s %s" % (n, packages[n]["version"]) for n in names
-                                  if (packages.get(n) or {}).get("unpacked"))),
-            "install them at one version: `apt-get install %s` (site.yml --tags %s pins them together)" % (
-                " ".join("%s=%s" % (n, versions[-1]) for n in names), layer.tags[0] if layer.tags else layer.name),
+        at = ", ".join("%s %s" % (n, packages[n]["version"]) for n in names if (packages.get(n) or {}).get("unpacked"))
+        pins = " ".join("%s=%s" % (n, versions[-1]) for n in names)
+        out.append(_finding(
+            "package_versions", "warn", "%s packages at different versions: %s" % (layer.name, at),
+            "install them at one version: `apt-get install %s` (site.yml --tags %s pins them together)"
+            % (pins, layer.tags[0] if layer.tags else layer.name),
             lines, command))
     installed = [n for n in names + matched if (packages.get(n) or {}).get("installed")]
     notes = []
     if installed:
         notes.append("%s installed" % (", ".join("%s %s" % (n, packages[n]["version"]) for n in installed)
-                                      if len(installed) <= 4 else "%d packages" % len(installed)))
+                                       if len(installed) <= 4 else "%d packages" % len(installed)))
     return out, notes
 
 
@@ -255,7 +260,7 @@ def unit_findings(layer, units, host, users_of):
         state = _state(info)
         short = _short(unit)
         line = "systemctl show %s: %s" % (unit.name, " ".join("%s=%s" % (k, show[k]) for k in systemd.SHOW_PROPERTIES
-                                                             if k != "Id" and show.get(k)))
+                                                              if k != "Id" and show.get(k)))
         if state is None or state == "not-found":
             continue
         if state == "masked":
@@ -263,7 +268,7 @@ def unit_findings(layer, units, host, users_of):
             out.append(_finding(
                 "unit_masked", "fail" if (unit.must_run and not active) or show.get("ActiveState") == "failed"
                 else "warn", "%s is masked: %s" % (unit.name, "it runs now, but cannot start again"
-                                                    if active else "it cannot be started"),
+                                                   if active else "it cannot be started"),
                 "`systemctl unmask %s && systemctl enable --now %s` (gpuhost never masks it, so ask who did)"
                 % (short, short), [line], "systemctl show %s" % unit.name))
             continue
@@ -358,7 +363,7 @@ def check_basics(layer_name, host, opts):
     first = decisive[0]
     more = len(findings) - 1
     return result(name, layer_name, worst, first["summary"] + (" (and %d more: see data.findings)" % more
-                                                                if more else ""),
+                                                               if more else ""),
                   remedy=first["remedy"], ev=ev, data=data)
 
 

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Layer `health`: GPU memory held by processes that are gone, active throttle reasons, Xid errors since boot."""
 import re
 
@@ -19,8 +22,8 @@ def check_zombies(facts, captures):
     if facts.get("state") != "ok":
         return result("zombies", "health", "skipped", "nvidia-smi does not work (driver layer)", ev=evidence(cmd))
     lines = ["pid %s %s on GPU %s: %s MiB, %s" % (p.get("pid"), p.get("name"), p.get("gpu_index"), p.get("used_mib"),
-                                                 "no such process on the host (/proc/%s)" % p.get("pid")
-                                                 if p.get("zombie") else "alive")
+                                                  "no such process on the host (/proc/%s)" % p.get("pid")
+                                                  if p.get("zombie") else "alive")
              for p in procs]
     ev = evidence("%s; test -d /proc/<pid>" % (cmd if isinstance(cmd, str) else " ".join(cmd)), lines)
     data = {"zombies": [{"pid": p.get("pid"), "name": p.get("name"), "gpu_index": p.get("gpu_index"),

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Layer `persistence`: persistence mode on every GPU (nvidia-persistenced), and the declared MIG layout."""
 from ansible.module_utils.gpu.mig_apply import DISABLED as MIG_DISABLED, LayoutError, instance_names, normalise_layout
 from ansible.module_utils.gpu.mig_parse import parse_lgi
@@ -82,7 +85,7 @@ def check_mig_layout(declared, facts, lgi_cap=None):
         live[index] = names if gpu.get("mig_mode") is True else MIG_DISABLED
         have = "MIG disabled" if live[index] == MIG_DISABLED else "MIG enabled: %s" % (", ".join(names) or "no instance")
         lines.append("GPU %d: %s (declared: %s)" % (index, have, "MIG disabled" if want == MIG_DISABLED
-                                                     else ", ".join(want) or "no instance"))
+                                                    else ", ".join(want) or "no instance"))
         if want == MIG_DISABLED:
             same = gpu.get("mig_mode") is not True
         else:

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The layer registry: every layer of a GPU serving host, declared once, in stack order (bottom up).
 
 Everything that needs the list of layers reads it here: the stack check (layers/stack.py), drift
@@ -103,7 +106,7 @@ REGISTRY = (
            drift=True, repair=("docker",), catalogue=("docker",),
            engine_titles={"containerd": "containerd engine"},
            owns=owns(packages=packages(patterns=("docker-ce", "docker-ce-cli", "docker.io", "containerd.io",
-                                                  "containerd", "runc", "moby-*")),
+                                                 "containerd", "runc", "moby-*")),
                      units=(unit("docker.service", must_run=True),),
                      configs=(Config(None, "docker_config", "daemon_json"),),
                      disks=(Disk("docker_root", "docker's data-root", 1 * GIB, 2 * GIB),

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Layer `runtime_config`: the nvidia runtime registered with the running engine (docker's daemon.json and
 `docker info`, containerd's merged config), and the /dev/char links a systemd reload needs."""
 
@@ -10,6 +13,7 @@ from ansible.module_utils.layers.base import (
     DEFAULT_DOCKER_CONFIG, DEFAULT_RUNTIME_BINARY, ENGINE_WORDS, REMEDY_CONFIGURE, REMEDY_INSTALL_TOOLKIT, _cmd,
     _lines, _out, evidence, guarded, result)
 from ansible.module_utils.layers.engine import cdi_enabled, parse_docker_info
+
 
 def check_runtime(docker_cap, daemon_json_text, runtime_bin_found=None,
                   docker_config=DEFAULT_DOCKER_CONFIG):

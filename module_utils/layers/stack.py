@@ -33,8 +33,9 @@ from ansible.module_utils.layers.fabric import FABRIC_MANAGER_SERVICE
 from ansible.module_utils.layers.generic import DOCKER_ROOT_DEFAULT
 from ansible.module_utils.layers.health import BENIGN_CLOCK_REASONS
 from ansible.module_utils.layers.runtime_config import _char_numbers
-# Every check module the registry names (Ansible ships a module's module_utils by their static imports).
-from ansible.module_utils.layers import (  # noqa: F401  # pylint: disable=unused-import  (looked up by name below)
+# Every check module the registry names (Ansible ships a module's module_utils by their static imports),
+# looked up by name below.
+from ansible.module_utils.layers import (  # noqa: F401  # pylint: disable=unused-import
     cdi, container, driver, engine, fabric, generic, hardware, health, persistence, runtime_config, toolkit)
 
 

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The stack check's public names in one place: what the module gpu_stack_check and the tests import.
 
 The layers themselves are declared once in layers/registry.py; each layer's checks live in its own module
@@ -6,6 +9,8 @@ under layers/ (hardware, driver, fabric, persistence, engine, toolkit, runtime_c
 health), each layer's generic `<layer>_basics` check in layers/generic.py; layers/stack.py captures what the
 host says and runs them in the registry's order; docs/ARCHITECTURE.md draws the map. Nothing is defined here.
 """
+# Every name here is imported to be imported from here.
+# pylint: disable=unused-import
 from ansible.module_utils.containers.cdi_spec import read_spec  # noqa: F401
 from ansible.module_utils.gpu.gpu_facts import build_facts  # noqa: F401
 from ansible.module_utils.layers.registry import DEFAULT_REQUIRED_LAYERS, STACK_LAYERS as LAYERS  # noqa: F401

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The converged fingerprint of a GPU host: what site.yml left, so a re-run can tell it has nothing to do.
 
 A fingerprint holds digests of what the roles were given (their inputs and their code, hashed on the
@@ -71,7 +74,7 @@ def parse_systemctl_show(stdout):
                 units[current["Id"]] = "%s %s" % (current.get("ActiveState", ""), current.get("UnitFileState", ""))
             current = {}
             continue
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         current[key] = value
     return units
 

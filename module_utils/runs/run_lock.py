@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """One gpuhost run per host: the lock record on the host and who holds it (pure functions).
 
 The lock is a file on the host (created with O_EXCL) naming the run that holds it: its id, playbook,

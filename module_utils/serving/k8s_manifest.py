@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Kubernetes manifests of vLLM servers, and the NVIDIA device plugin's time-slicing config.
 
 Pure functions over parsed YAML; PyYAML is imported by load_documents only (the CLI runs on

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Replicas of a Kubernetes manifest planned against one GPU (`gpuhost plan --manifest`).
 
 Pure functions, stdlib only.  Time-slicing hands every GPU out R times and divides no memory
@@ -15,15 +18,15 @@ two differ by the 434 MiB the driver reserves on an L4 (gpu_memory catalogue).
 """
 from ansible.module_utils.serving import vllm_overheads as vo
 from ansible.module_utils.serving.k8s_manifest import SHARED_SUFFIX
-from ansible.module_utils.serving.vllm_plan import (MAX_UTILIZATION, OUTSIDE_BUDGET_MIB, PlanError, budget_room,
-                                            check_instances, even_share, resolve_version)
+from ansible.module_utils.serving.vllm_plan import (
+    MAX_UTILIZATION, OUTSIDE_BUDGET_MIB, PlanError, budget_room, check_instances, even_share, resolve_version)
 
 
 def utilization_of(workload):
     """(gpu_memory_utilization, where it comes from): the args, else the default of the image's vLLM."""
     if workload["gpu_memory_utilization"] is not None:
         return workload["gpu_memory_utilization"], "args"
-    version, text, _ = resolve_version(image=workload.get("image"))
+    version, text, _source = resolve_version(image=workload.get("image"))
     rules_name, rules = vo.generation(version)
     return rules["default_utilization"], "vLLM's default, rules %s (%s)" % (
         rules_name, "vLLM %s" % text if text else "image tag names no version: newest known")

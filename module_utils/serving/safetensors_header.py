@@ -1,3 +1,6 @@
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Weight bytes of a checkpoint from safetensors headers only (never the tensor data).
 
 A .safetensors file is: 8-byte little-endian u64 N, N bytes of JSON

@@ -1,3 +1,6 @@
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """vLLM startup-log report: how far did the start get, with which numbers, and why did it stop?
 
 Pure functions, stdlib only, Python >= 3.9 (shipped to hosts as module_utils).
@@ -81,7 +84,7 @@ def clean_line(raw):
     """(level, message, proc, rank) of one physical line."""
     text = _ANSI.sub("", raw).replace("\x00", "")
     proc = rank = None
-    for _ in range(4):  # nested prefixes: Ray actor + vLLM process (corpus 051)
+    for _attempt in range(4):  # nested prefixes: Ray actor + vLLM process (corpus 051)
         changed = False
         m = _PROC.match(text)
         if m:
@@ -185,6 +188,8 @@ GATES = {
     "profile_debug": ("torch peak memory increase",), "profile_usage": ("for peak activation",),
     "graph_estimate": ("Estimated CUDA graph memory",), "graph_profiling_on": ("graph memory profiling is enabled",),
 }
+
+
 def _find(key, message):
     for gate in GATES[key]:
         if gate in message:
@@ -426,7 +431,7 @@ def _join_wrapped(lines_by_number, number, message):
     nxt = number + 1
     while nxt in lines_by_number and len(lines_by_number[nxt - 1].rstrip()) >= 80:
         raw = lines_by_number[nxt].rstrip()
-        level, cleaned, _, _ = clean_line(raw)
+        level, cleaned, _proc, _rank = clean_line(raw)
         if not raw or raw[0] in " \t" or level or cleaned != raw.strip() \
                 or RE["traceback"].match(raw) or RE["exception"].match(raw):
             break

@@ -1,4 +1,7 @@
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """What vLLM reserves besides the weights and the KV cache, per engine generation.
 
 Pure stdlib, Python >= 3.9 (shipped to hosts as module_utils).
@@ -41,7 +44,7 @@ def version_of_image(image):
     """vLLM version from an image reference: the tag of vllm/vllm-openai:v0.11.0
     (suffixes like -cu128 allowed), an NGC release tag, or None (digest, nightly)."""
     ref = str(image or "").strip()
-    last = ref.split("/")[-1]
+    last = ref.rsplit("/", 1)[-1]
     if "@" in last or ":" not in last:
         return None
     tag = last.split(":", 1)[1]
@@ -76,23 +79,23 @@ def version_of_image(image):
 #   int(max_concurrency x max_model_len) (0.21+, kv_cache_utils.py).
 GENERATIONS = (
     ((0, 0, 0), "V0 <= 0.6.5", dict(engine="V0", non_torch="device", sampler="v0", graphs=False,
-                                   default_utilization=0.90, chunk_tokens=512, tokens="blocks")),
+                                    default_utilization=0.90, chunk_tokens=512, tokens="blocks")),
     ((0, 6, 6), "V0 0.6.6-0.7", dict(engine="V0", non_torch="since_context", sampler="v0", graphs=False,
-                                    default_utilization=0.90, chunk_tokens=2048, tokens="blocks")),
+                                     default_utilization=0.90, chunk_tokens=2048, tokens="blocks")),
     ((0, 8, 0), "V1 0.8-0.9.0", dict(engine="V1", non_torch="device", sampler="flashinfer", graphs=False,
-                                    default_utilization=0.90, tokens="blocks")),
-    ((0, 9, 1), "V1 0.9.1-0.10", dict(engine="V1", non_torch="since_context", sampler="flashinfer",
-                                     graphs=False, default_utilization=0.90, tokens="blocks")),
-    ((0, 11, 0), "V1 0.11.0", dict(engine="V1", non_torch="since_nccl", sampler="flashinfer", graphs=False,
-                                  default_utilization=0.90, tokens="blocks")),
-    ((0, 11, 2), "V1 0.11.2-0.16", dict(engine="V1", non_torch="since_nccl", sampler="sort", graphs=False,
-                                       default_utilization=0.90, tokens="blocks")),
-    ((0, 17, 0), "V1 0.17-0.19", dict(engine="V1", non_torch="since_nccl", sampler="triton", graphs=False,
                                      default_utilization=0.90, tokens="blocks")),
+    ((0, 9, 1), "V1 0.9.1-0.10", dict(engine="V1", non_torch="since_context", sampler="flashinfer",
+                                      graphs=False, default_utilization=0.90, tokens="blocks")),
+    ((0, 11, 0), "V1 0.11.0", dict(engine="V1", non_torch="since_nccl", sampler="flashinfer", graphs=False,
+                                   default_utilization=0.90, tokens="blocks")),
+    ((0, 11, 2), "V1 0.11.2-0.16", dict(engine="V1", non_torch="since_nccl", sampler="sort", graphs=False,
+                                        default_utilization=0.90, tokens="blocks")),
+    ((0, 17, 0), "V1 0.17-0.19", dict(engine="V1", non_torch="since_nccl", sampler="triton", graphs=False,
+                                      default_utilization=0.90, tokens="blocks")),
     ((0, 20, 0), "V1 0.20", dict(engine="V1", non_torch="since_nccl", sampler="triton", graphs=True,
-                                default_utilization=0.92, tokens="blocks")),
+                                 default_utilization=0.92, tokens="blocks")),
     ((0, 21, 0), "V1 0.21-0.33", dict(engine="V1", non_torch="since_nccl", sampler="flashinfer", graphs=True,
-                                     native="triton", default_utilization=0.92, tokens="concurrency")),
+                                      native="triton", default_utilization=0.92, tokens="concurrency")),
 )
 NEWEST_KNOWN = (0, 33, 99)
 

@@ -1,3 +1,6 @@
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """vLLM memory plan: will this model, at this length and budget, fit before we start it?
 
 Pure functions, stdlib only, Python >= 3.9 (shipped to hosts as module_utils).
@@ -411,7 +414,7 @@ def compute(spec):
     batched, seqs = vo.batch_defaults(
         rules, spec["version"], cuda_total / 1024.0, device["card"] or spec["gpu_name"], spec["max_model_len"],
         multimodal=bool(arch and arch.get("vision")), pooling=spec["pooling"],
-        sliding_window=bool(arch and any(k == "sliding" for k, _ in arch["layers"])),
+        sliding_window=bool(arch and any(layer[0] == "sliding" for layer in arch["layers"])),
         max_num_seqs=spec["max_num_seqs"], max_num_batched_tokens=spec["max_num_batched_tokens"])
     over = overheads(spec, rules, batched, seqs)
     budget_gib = cuda_total * util / 1024.0
@@ -498,8 +501,8 @@ def compute(spec):
     if arch is not None:
         plan["model"] = {
             "num_hidden_layers": arch["num_hidden_layers"],
-            "full_attention_layers": sum(1 for k, _ in layers if k == "full"),
-            "sliding_window_layers": sum(1 for k, _ in layers if k == "sliding"),
+            "full_attention_layers": sum(1 for layer in layers if layer[0] == "full"),
+            "sliding_window_layers": sum(1 for layer in layers if layer[0] == "sliding"),
             "num_key_value_heads": arch["num_key_value_heads"],
             "head_dim": arch["head_dim"],
             "mla": arch["mla"],
@@ -762,11 +765,11 @@ def check_instances(instances, gpu_memory_mib, held_mib=0, per_instance_mib=0):
     out = []
     for index in sorted(by_gpu, key=lambda k: (isinstance(k, str), k)):
         members = by_gpu[index]
-        total_util = sum(u for _, u in members)
+        total_util = sum(member[1] for member in members)
         required = total_util * gpu_memory_mib + held_mib + per_instance_mib * len(members)
         out.append({
             "gpu_index": index,
-            "names": [n for n, _ in members],
+            "names": [member[0] for member in members],
             "sum_utilization": round(total_util, 4),
             "required_mib": int(round(required)),
             "held_mib": held_mib,
@@ -895,7 +898,7 @@ def build_spec(gpu_memory_mib=None, gpu_memory_utilization=None, max_model_len=N
     if device["cuda_total_mib"] <= 0:
         raise PlanError("gpu_reserved_mib %s is not less than the GPU's %s MiB" % (reserved, device["total_mib"]))
     version, version_text, version_source = resolve_version(vllm_version, image)
-    _, rules = vo.generation(version)
+    rules = vo.generation(version)[1]
     if gpu_memory_utilization is None:
         gpu_memory_utilization = rules["default_utilization"]
     spec = {
@@ -999,7 +1002,7 @@ def refuse_message(result, name=None):
     if result["remedies"]:
         text += " Remedies, best first: " + "; ".join(
             "%s (%s: %s tokens, %.2fx, %s)" % (r["name"], r["description"], "{:,}".format(r["kv_cache_tokens"]),
-                                              r["max_concurrency"], r["verdict"])
+                                               r["max_concurrency"], r["verdict"])
             for r in result["remedies"]) + "."
     return text
 
@@ -1225,7 +1228,7 @@ def resolve_gpus(gpu_ids, gpus, listing=None):
             raise PlanError("GPU %s is given whole, but MIG is enabled there: CUDA sees only MIG devices on such a "
                             "GPU, so vLLM would find no device. Give the instance one MIG device (%s) or turn MIG off "
                             "on GPU %s" % (gpu["index"], ", ".join("%s:%s" % (gpu["index"], d["index"])
-                                                                    for d in gpu.get("mig_devices") or [])
+                                                                   for d in gpu.get("mig_devices") or [])
                                            or "none exists yet: declare nvidia_mig_layout", gpu["index"]))
         indexes.append(int(gpu["index"]))
     return {"gpu_indexes": sorted(set(indexes)), "mig_device": None}
@@ -1270,7 +1273,7 @@ def plan_host(instances, gpus, models_dir, held=None, measurements=None):
     for inst in instances:
         smallest = _device_of(inst, by_index)
         devices = _device_keys(inst)
-        key, _ = measurement_key(inst, smallest.get("name"))
+        key = measurement_key(inst, smallest.get("name"))[0]
         flags = engine_flags(inst.get("extra_args"))
         result = plan(
             instances=[s for s in sharing if s["gpu_index"] in devices],
@@ -1334,7 +1337,7 @@ def instance_lines(inst, result):
     if result["remedies"]:
         lines.append("  remedies (best first):")
     lines.extend("    %s: %s tokens, %sx (%s) - %s" % (r["name"], "{:,}".format(r["kv_cache_tokens"]),
-                                                     r["max_concurrency"], r["verdict"], r["description"])
+                                                       r["max_concurrency"], r["verdict"], r["description"])
                  for r in result["remedies"])
     return lines
 

@@ -1,5 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Ansible module (role vllm): the served name is listed, warm-up requests, then one timed request."""
 
 from __future__ import absolute_import, division, print_function
@@ -19,7 +22,7 @@ description:
     here rather than by Ansible, whose task overhead is larger than a short request) is returned.
   - Talks to the server from the managed host; changes nothing (always C(changed=false)).
 version_added: "0.1.0"
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 options:
   url:
     description: Base URL of the server, e.g. C(http://127.0.0.1:8000).
@@ -91,8 +94,8 @@ ARGUMENT_SPEC = dict(
     served_model_name=dict(type="str", required=True),
     api_key=dict(type="str", no_log=True),
     warmup_requests=dict(type="int", default=10),
-    warmup_max_tokens=dict(type="int", default=16),
-    max_tokens=dict(type="int", default=128),
+    warmup_max_tokens=dict(type="int", default=16, no_log=False),
+    max_tokens=dict(type="int", default=128, no_log=False),
     prompt=dict(type="str", default="Write a Python function that returns the n-th Fibonacci number."),
     timeout=dict(type="float", default=120),
 )
@@ -142,7 +145,7 @@ def check(params, opener=open_url, clock=time.monotonic):
             raise CheckError("POST %s/v1/chat/completions: no choices in the answer" % base)
         return elapsed, answer.get("usage") or {}
 
-    warm = [round(chat(params["warmup_max_tokens"])[0], 4) for _ in range(max(0, params["warmup_requests"]))]
+    warm = [round(chat(params["warmup_max_tokens"])[0], 4) for _request in range(max(0, params["warmup_requests"]))]
     latency, usage = chat(params["max_tokens"])
     completion = int(usage.get("completion_tokens") or 0)
     return {
