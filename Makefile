@@ -17,11 +17,13 @@ export PY_COLORS := 0
 # Scenarios `make test` runs, in order (SCENARIOS=... to pick).
 SCENARIOS ?= docker containerd toolkit drift_schedule driver driver_debian driver_cuda hgx mig first_use drift vllm vllm_mig
 
-.PHONY: help venv sysdeps harness images lint unit molecule test demo bench clean
+.PHONY: help venv sysdeps harness images lint unit molecule test demo bench clean collection sanity sanity-setup
 help:
 	@echo "make demo   provision a simulated GPU host with site.yml and print its layer report"
 	@echo "make test   everything CI runs: lint, unit tests, molecule scenarios ($(SCENARIOS))"
 	@echo "make unit | lint | molecule SCENARIOS=... | bench | clean"
+	@echo "make collection   build the gpuhost.gpu collection artifact (.cache/collection/)"
+	@echo "make sanity       ansible-test sanity on the built collection (sanity-setup: its environments, from PyPI)"
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt
@@ -44,6 +46,20 @@ lint: venv
 
 unit: venv
 	$(VENV)/bin/python -m pytest -q tests/unit
+
+# The gpuhost.gpu collection, generated from this tree (tests/harness/collection.py; README "Use it from your
+# own playbooks"): prints the artifact's path.
+collection: venv
+	@$(VENV)/bin/python tests/harness/collection.py build
+
+# ansible-test sanity on the built collection (make lint runs it too: tests/lint/test_collection.py).
+# sanity-setup builds ansible-test's per-test environments ahead, from PyPI (pins: ansible-test's own, and
+# tests/sanity/requirements.txt for the pip they bootstrap from).
+sanity: venv
+	$(VENV)/bin/python tests/harness/collection.py sanity
+
+sanity-setup: venv
+	$(VENV)/bin/python tests/harness/collection.py sanity --prime-venvs
 
 molecule: harness
 	GPUHOST_SCENARIOS="$(SCENARIOS)" $(VENV)/bin/python -m pytest -v --durations=15 tests/molecule
