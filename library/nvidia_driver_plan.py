@@ -322,10 +322,13 @@ import platform
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.driver.driver_choice import (
-    PREFERENCES, PREFERENCES_PARTS, DriverChoiceError, disruption, gpu_summary, hold_owners, operator_hold_error,
-    operator_pin_error, operator_pins, parse_dpkg_owners, parse_dpkg_query, parse_dpkg_search,
-    parse_kernel_images, parse_madison, plan, precheck, preference_files, reboot_decision, verify_installed)
+from ansible.module_utils.driver.apt_preferences import (
+    PREFERENCES, PREFERENCES_PARTS, operator_pin_error, operator_pins, preference_files)
+from ansible.module_utils.driver.driver_packages import (
+    parse_dpkg_owners, parse_dpkg_query, parse_dpkg_search, parse_kernel_images, parse_madison)
+from ansible.module_utils.driver.driver_plan import (
+    disruption, hold_owners, operator_hold_error, plan, reboot_decision, verify_installed)
+from ansible.module_utils.driver.driver_request import DriverChoiceError, gpu_summary, precheck
 from ansible.module_utils.host.dpkg import query_argv as dpkg_query_argv
 from ansible.module_utils.host.runner import ModuleHostIO
 

@@ -94,7 +94,7 @@ repository_error:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.driver.cuda_repo import CudaRepoError, archive_branches, auto_style, repository
-from ansible.module_utils.driver.driver_choice import gpu_summary, min_branch
+from ansible.module_utils.driver.driver_request import gpu_summary, min_branch
 from ansible.module_utils.host.runner import C_LOCALE, ModuleHostIO
 
 

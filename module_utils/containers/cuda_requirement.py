@@ -40,7 +40,7 @@ the first alternative that holds, so a malformed later term can go unnoticed the
 """
 import re
 
-from ansible.module_utils.driver.driver_choice import compare_versions
+from ansible.module_utils.driver.debian_version import compare_versions
 from ansible.module_utils.gpu.host_parse import driver_branch
 from ansible.module_utils.gpu.gpu_arch import CONSUMER_BRANDS, datacenter_class
 
@@ -190,7 +190,7 @@ def _trim(version):
 
 
 def version_cmp(left, right):
-    """<0, 0, >0 for two dotted numeric versions (driver_choice.compare_versions, trailing .0 ignored)."""
+    """<0, 0, >0 for two dotted numeric versions (debian_version.compare_versions, trailing .0 ignored)."""
     return compare_versions(_trim(left), _trim(right))
 
 

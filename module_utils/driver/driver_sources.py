@@ -61,7 +61,7 @@ def _fields(lines, start, end):
 def paragraphs(text):
     """[(first line number, {lower-case field: value})] of every deb822 paragraph that is not only comments.
 
-    Also reads apt_preferences(5) files (driver_choice.parse_preferences). Raises SourcesError naming the line
+    Also reads apt_preferences(5) files (apt_preferences.parse_preferences). Raises SourcesError naming the line
     that is neither a field, a continuation nor a comment.
     """
     lines = text.splitlines(True)

@@ -7,7 +7,7 @@ GPU's fabric set up (State Completed, Status Success)."""
 import re
 
 from ansible.module_utils.gpu.host_parse import driver_branch
-from ansible.module_utils.driver.driver_choice import upstream_version
+from ansible.module_utils.driver.debian_version import upstream_version
 from ansible.module_utils.host import dpkg
 from ansible.module_utils.layers.generic import basics
 from ansible.module_utils.layers.base import evidence, guarded, result

@@ -84,7 +84,7 @@ REGISTRY = (
     _layer("driver", "driver", roles=("nvidia_driver",), tags=("driver",),
            checks=("pci", "kernel_module", "module_signature", "next_boot", "device_nodes", "nvml"),
            drift=True, repair=("nvidia_driver",), catalogue=("driver",),
-           # Its package names follow the branch and the source (driver_choice): dpkg's state of every NVIDIA
+           # Its package names follow the branch and the source (driver_packages): dpkg's state of every NVIDIA
            # driver package is checked, the container toolkit's and the fabric manager's left to their layers.
            owns=owns(packages=packages(patterns=(
                "nvidia-*", "libnvidia-*", "linux-modules-nvidia-*", "linux-objects-nvidia-*",

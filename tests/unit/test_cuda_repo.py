@@ -9,7 +9,10 @@ import os
 import pytest
 
 from driver import cuda_repo as cr
-from driver import driver_choice as dc
+from driver import debian_version as dv
+from driver import driver_packages as pk
+from driver import driver_plan as dp
+from driver import driver_request as rq
 from driver import openpgp
 from conftest import FIXTURES
 
@@ -106,7 +109,7 @@ def test_pinning_package_version_is_not_the_drivers():
     versions = [line.split()[-2] for line in policy.splitlines() if line.strip().startswith(("***", "580-"))]
     assert versions == ["580-5", "580-1"]
     # no driver version in it: the upstream part is the bare branch
-    assert [dc.upstream_version(v) for v in versions] == ["580", "580"]
+    assert [dv.upstream_version(v) for v in versions] == ["580", "580"]
 
 
 def test_archive_branches_leave_out_the_cuda_repository():
@@ -231,7 +234,7 @@ def test_repository_of_a_host():
 
 
 # ---------------------------------------------------------------------------------------------
-# driver_choice.plan with nvidia_driver_package_style: nvidia
+# driver_plan.plan with nvidia_driver_package_style: nvidia
 
 
 class _Query(object):
@@ -239,13 +242,13 @@ class _Query(object):
         self.madison_text, self.dpkg_text = madison, dpkg
 
     def dpkg(self):
-        return dc.parse_dpkg_query(self.dpkg_text)
+        return pk.parse_dpkg_query(self.dpkg_text)
 
     def smi_owner(self):
-        return dc.parse_dpkg_search("")
+        return pk.parse_dpkg_search("")
 
     def madison(self, packages):
-        return {p: v for p, v in dc.parse_madison(self.madison_text).items() if p in packages}
+        return {p: v for p, v in pk.parse_madison(self.madison_text).items() if p in packages}
 
     def ubuntu_drivers(self):
         return None
@@ -260,26 +263,26 @@ def _request(**kw):
 
 def _a100():
     from gpu import host_parse as hp
-    return dc.gpu_summary(hp.nvidia_gpus(hp.parse_lspci(load("lspci-n_A100_gcp.txt", os.path.join(FIXTURES, "host")))))
+    return rq.gpu_summary(hp.nvidia_gpus(hp.parse_lspci(load("lspci-n_A100_gcp.txt", os.path.join(FIXTURES, "host")))))
 
 
 def test_plan_from_nvidias_debian_repository():
     madison = load("debian12-madison-nvidia-driver.txt")
-    result = dc.plan(_request(), _a100(), _Query(madison))
+    result = dp.plan(_request(), _a100(), _Query(madison))
     assert result["branch"] == 560 and result["kernel_modules"] == "proprietary"
     assert result["packages"] == ["nvidia-driver", "nvidia-kernel-dkms", "nvidia-driver-pinning-560"]
     assert result["install"][0] == "nvidia-driver=560.35.03-1"
     # the pinning package by name: its own version is not the driver's
     assert result["install"][-1] == "nvidia-driver-pinning-560"
-    older = dc.plan(_request(branch="555"), _a100(), _Query(madison))
+    older = dp.plan(_request(branch="555"), _a100(), _Query(madison))
     assert older["install"][0] == "nvidia-driver=555.42.06-1" and older["install"][-1] == "nvidia-driver-pinning-555"
 
 
 def test_plan_refuses_a_repository_below_the_gpus_minimum():
     madison = load("debian12-madison-nvidia-driver.txt")
-    gpus = dc.gpu_summary(_blackwell_pci())
-    with pytest.raises(dc.DriverChoiceError) as err:
-        dc.plan(_request(), gpus, _Query(madison))
+    gpus = rq.gpu_summary(_blackwell_pci())
+    with pytest.raises(rq.DriverChoiceError) as err:
+        dp.plan(_request(), gpus, _Query(madison))
     assert "570" in str(err.value) and "560" in str(err.value)
 
 
@@ -289,43 +292,43 @@ def test_plan_open_modules_for_blackwell_under_nvidias_name():
     madison = "".join("%s | %s | %s\n" % (name, version, url)
                       for name in ("nvidia-driver", "nvidia-kernel-open-dkms", "nvidia-kernel-dkms")
                       for version in ("590.48.01-1", "590.44.01-1", "580.126.09-1"))
-    gpus = dc.gpu_summary(_blackwell_pci())
-    result = dc.plan(_request(), gpus, _Query(madison))
+    gpus = rq.gpu_summary(_blackwell_pci())
+    result = dp.plan(_request(), gpus, _Query(madison))
     assert result["kernel_modules"] == "open"
     assert result["install"] == ["nvidia-driver=590.48.01-1", "nvidia-kernel-open-dkms=590.48.01-1",
                                  "nvidia-driver-pinning-590"]
-    pinned = dc.plan(_request(branch="580"), gpus, _Query(madison))
+    pinned = dp.plan(_request(branch="580"), gpus, _Query(madison))
     assert pinned["install"] == ["nvidia-driver=580.126.09-1", "nvidia-kernel-open-dkms=580.126.09-1",
                                  "nvidia-driver-pinning-580"]
-    with pytest.raises(dc.DriverChoiceError) as err:
-        dc.plan(_request(kernel_modules="proprietary"), gpus, _Query(madison))
+    with pytest.raises(rq.DriverChoiceError) as err:
+        dp.plan(_request(kernel_modules="proprietary"), gpus, _Query(madison))
     assert "open kernel modules" in str(err.value)
 
 
 def test_ubuntu_family_names_in_the_plan():
     request = _request(cuda_repo_family="ubuntu")
-    assert dc.top_packages(request, 580, "open") == ["nvidia-open-580", "nvidia-driver-pinning-580"]
-    assert dc.top_packages(request, 590, "proprietary") == ["cuda-drivers", "nvidia-driver-pinning-590"]
-    assert dc.top_packages(request, 0, "open")[0] == "nvidia-open"
+    assert pk.top_packages(request, 580, "open") == ["nvidia-open-580", "nvidia-driver-pinning-580"]
+    assert pk.top_packages(request, 590, "proprietary") == ["cuda-drivers", "nvidia-driver-pinning-590"]
+    assert pk.top_packages(request, 0, "open")[0] == "nvidia-open"
 
 
 def test_check_run_before_the_repository_is_read_predicts_the_gpus_branch():
     # Debian's own 535 is readable, NVIDIA's repository (added by the same check run) is not
     trixie = load("apt-cache-madison_debian-trixie_nonfree+gpusim.txt", os.path.join(FIXTURES, "host"))
-    gpus = dc.gpu_summary(_blackwell_pci())
-    result = dc.plan(_request(sources_pending=True), gpus, _Query(_debian_archive_only(trixie)))
+    gpus = rq.gpu_summary(_blackwell_pci())
+    result = dp.plan(_request(sources_pending=True), gpus, _Query(_debian_archive_only(trixie)))
     assert result["predicted"] and result["branch"] == 570
     assert result["install"] == ["nvidia-driver", "nvidia-kernel-open-dkms", "nvidia-driver-pinning-570"]
     # without the pending sources the same host is refused: Debian's 550 is all apt has
-    with pytest.raises(dc.DriverChoiceError):
-        dc.plan(_request(), gpus, _Query(_debian_archive_only(trixie)))
+    with pytest.raises(rq.DriverChoiceError):
+        dp.plan(_request(), gpus, _Query(_debian_archive_only(trixie)))
 
 
 def test_the_branchs_pinning_package_is_held_with_the_driver():
-    dpkg = dc.parse_dpkg_query("".join("%s\t%s\tii \n" % nv for nv in (
+    dpkg = pk.parse_dpkg_query("".join("%s\t%s\tii \n" % nv for nv in (
         ("nvidia-driver", "590.48.01-1"), ("nvidia-kernel-open-dkms", "590.48.01-1"), ("nvidia-smi", "590.48.01-1"),
         ("nvidia-driver-pinning-590", "590-5"), ("nvidia-driver-pinning-580.105.08", "580.105.08-1"))))
-    assert dc.driver_packages(dpkg, "590.48.01", 590) == [
+    assert pk.driver_packages(dpkg, "590.48.01", 590) == [
         "nvidia-driver", "nvidia-driver-pinning-590", "nvidia-kernel-open-dkms", "nvidia-smi"]
 
 
@@ -368,8 +371,8 @@ def test_plan_on_nvidias_ubuntu_repository_across_the_590_rename():
     # nvidia-open-580 up to 580, nvidia-open (branch only in the version) from 590 (research 3)
     madison = _ubuntu_repo_madison([("nvidia-open-580", ["580.126.09-1ubuntu1"]),
                                     ("nvidia-open", ["590.48.01-0ubuntu1", "590.44.01-0ubuntu1"])])
-    gpus = dc.gpu_summary(_blackwell_pci())
-    fresh = dc.plan(_request(cuda_repo_family="ubuntu"), gpus, _Query(madison))
+    gpus = rq.gpu_summary(_blackwell_pci())
+    fresh = dp.plan(_request(cuda_repo_family="ubuntu"), gpus, _Query(madison))
     assert fresh["branch"] == 590 and fresh["action"] == "install"
     assert fresh["install"] == ["nvidia-open=590.48.01-0ubuntu1", "nvidia-driver-pinning-590"]
     # a host on 580 (NVIDIA's suffixed names, nvidia-smi from nvidia-utils-580) asked for 590
@@ -382,17 +385,17 @@ def test_plan_on_nvidias_ubuntu_repository_across_the_590_rename():
         def smi_owner(self):
             return "nvidia-utils-580"
 
-    kept = dc.plan(_request(cuda_repo_family="ubuntu"), gpus, _Host(madison, installed))
+    kept = dp.plan(_request(cuda_repo_family="ubuntu"), gpus, _Host(madison, installed))
     assert kept["branch"] == 580 and kept["action"] == "none" and kept["kernel_modules"] == "open"
     assert "nvidia-driver-pinning-580" in kept["installed"]["packages"]
-    moved = dc.plan(_request(cuda_repo_family="ubuntu", branch="590"), gpus, _Host(madison, installed))
+    moved = dp.plan(_request(cuda_repo_family="ubuntu", branch="590"), gpus, _Host(madison, installed))
     assert moved["action"] == "change"
     assert moved["install"] == ["nvidia-open=590.48.01-0ubuntu1", "nvidia-driver-pinning-590"]
 
 
 def test_kernel_modules_of_nvidias_unsuffixed_dkms_packages():
     def kind(*names):
-        return dc.installed_kernel_modules(dc.parse_dpkg_query("".join("%s\t590.48.01-0ubuntu1\tii \n" % n
+        return pk.installed_kernel_modules(pk.parse_dpkg_query("".join("%s\t590.48.01-0ubuntu1\tii \n" % n
                                                                          for n in names)))
     assert kind("nvidia-dkms-open", "nvidia-driver-open") == "open"
     assert kind("nvidia-dkms", "nvidia-utils") == "proprietary"
@@ -401,7 +404,7 @@ def test_kernel_modules_of_nvidias_unsuffixed_dkms_packages():
 
 def _p100():
     # the PCI id of corpus capture 023 (Tesla P100-PCIE-16GB, 0x15F8): Pascal, retired after branch 580
-    return dc.gpu_summary([{"pci_id": "10de:15f8", "product": "Tesla P100-PCIE-16GB", "pci_address": "0000:00:04.0"}])
+    return rq.gpu_summary([{"pci_id": "10de:15f8", "product": "Tesla P100-PCIE-16GB", "pci_address": "0000:00:04.0"}])
 
 
 def test_auto_stays_at_the_last_branch_a_retired_gpu_runs():
@@ -411,33 +414,33 @@ def test_auto_stays_at_the_last_branch_a_retired_gpu_runs():
     madison = "".join("%s | %s | %s\n" % (name, version, url)
                       for name in ("nvidia-driver", "nvidia-kernel-dkms", "nvidia-kernel-open-dkms")
                       for version in ("590.48.01-1", "590.44.01-1", "580.126.09-1"))
-    result = dc.plan(_request(), _p100(), _Query(madison))
+    result = dp.plan(_request(), _p100(), _Query(madison))
     assert result["branch"] == 580 and result["kernel_modules"] == "proprietary"
     assert result["install"] == ["nvidia-driver=580.126.09-1", "nvidia-kernel-dkms=580.126.09-1",
                                  "nvidia-driver-pinning-580"]
     assert "at most branch 580" in result["branch_source"]
     ubuntu = _ubuntu_repo_madison([("cuda-drivers", ["590.48.01-0ubuntu1", "580.126.09-1ubuntu1"]),
                                    ("cuda-drivers-580", ["580.126.09-1ubuntu1"])])
-    result = dc.plan(_request(cuda_repo_family="ubuntu"), _p100(), _Query(ubuntu))
+    result = dp.plan(_request(cuda_repo_family="ubuntu"), _p100(), _Query(ubuntu))
     assert result["install"] == ["cuda-drivers-580=580.126.09-1ubuntu1", "nvidia-driver-pinning-580"]
 
 
 def test_a_branch_past_a_gpus_last_is_refused_before_any_change():
-    with pytest.raises(dc.DriverChoiceError) as err:
-        dc.precheck(_request(branch="590"), _p100())
+    with pytest.raises(rq.DriverChoiceError) as err:
+        rq.precheck(_request(branch="590"), _p100())
     message = str(err.value)
     assert "Tesla P100-PCIE-16GB" in message and "branch 580 at most" in message and "Pascal" in message
     assert "nvidia_driver_branch: 580" in message
-    assert dc.precheck(_request(branch="580"), _p100())["max_branch"] == 580
+    assert rq.precheck(_request(branch="580"), _p100())["max_branch"] == 580
     # GPUs still supported have no last branch
-    assert dc.precheck(_request(), _a100())["max_branch"] is None
+    assert rq.precheck(_request(), _a100())["max_branch"] is None
 
 
 def test_sources_with_only_branches_past_a_gpus_last_are_named_so():
     url = "http://127.0.0.1:8000/cuda/repos/debian12/x86_64  Packages"
     madison = "".join("%s | %s | %s\n" % (name, "590.48.01-1", url)
                       for name in ("nvidia-driver", "nvidia-kernel-dkms"))
-    with pytest.raises(dc.DriverChoiceError) as err:
-        dc.plan(_request(), _p100(), _Query(madison))
+    with pytest.raises(rq.DriverChoiceError) as err:
+        dp.plan(_request(), _p100(), _Query(madison))
     message = str(err.value)
     assert "only past branch 580" in message and "Tesla P100-PCIE-16GB" in message and "590.48.01-1" in message

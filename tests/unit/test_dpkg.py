@@ -9,7 +9,7 @@ import os
 
 from conftest import FIXTURES
 from diagnosis import drift
-from driver import driver_choice as dc
+from driver import driver_packages as pk
 from driver import secure_boot as sb
 from host import dpkg
 from layers import stack_check as sc
@@ -80,13 +80,13 @@ def test_the_four_users_agree_on_one_host():
     check = sc.check_toolkit({"argv": dpkg.query_argv("dpkg-query", TOOLKIT), "rc": 1, "stdout": text,
                               "stderr": ""}, None, "/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-runtime-hook")
     assert "nvidia-container-toolkit-base" in check["data"]["packages"]
-    assert dc.parse_dpkg_query(text)["nvidia-container-toolkit-base"]["installed"] is True
-    assert dc.parse_dpkg_query(text)["nvidia-container-toolkit-base"]["want"] == "h"
+    assert pk.parse_dpkg_query(text)["nvidia-container-toolkit-base"]["installed"] is True
+    assert pk.parse_dpkg_query(text)["nvidia-container-toolkit-base"]["want"] == "h"
     assert sb.installed_packages(text)["nvidia-container-toolkit-base"] == "1.17.8-1"
     assert drift.parse_dpkg_status(text)["nvidia-container-toolkit-base"]["want"] == "hold"
     # The iF package: its files are on disk for the driver plan (it would otherwise plan a fresh install), not
     # installed for the others.
-    assert dc.parse_dpkg_query(text)["nvidia-container-toolkit"]["installed"] is True
+    assert pk.parse_dpkg_query(text)["nvidia-container-toolkit"]["installed"] is True
     assert "nvidia-container-toolkit" not in sb.installed_packages(text)
     assert drift.parse_dpkg_status(text)["nvidia-container-toolkit"]["status"] == "half-configured"
 
@@ -102,7 +102,7 @@ def test_drift_fingerprint_reads_the_same_from_the_new_format_as_from_the_words(
 
 
 def test_kernel_images_with_depends_and_a_never_installed_row():
-    images = dc.parse_kernel_images(load(HOST, "dpkg-query-W-Depends_linux-image_gpusim-ubuntu.txt"))
+    images = pk.parse_kernel_images(load(HOST, "dpkg-query-W-Depends_linux-image_gpusim-ubuntu.txt"))
     states = dpkg.parse(load(HOST, "dpkg-query-W-Depends_linux-image_gpusim-ubuntu.txt"))
     never = [n for n, p in states.items() if p["status"] == "not-installed"]
     assert never and all(images[n]["installed"] is False and states[n]["version"] is None for n in never)

@@ -1,4 +1,5 @@
-"""The nvidia_driver role's decisions (module_utils/driver/driver_choice.py) on captured host outputs.
+"""The nvidia_driver role's decisions (module_utils/driver/: driver_plan.py and the modules it uses) on captured
+host outputs.
 
 tests/fixtures/host/README.md names the sources: real ubuntu-drivers and lspci outputs from public
 pages, and apt-cache / dpkg-query outputs captured on the molecule targets (real apt and dpkg, with
@@ -10,7 +11,12 @@ import subprocess
 
 import pytest
 
-from driver import driver_choice as dc
+from driver import apt_preferences as ap
+from driver import branch_choice as br
+from driver import debian_version as dv
+from driver import driver_packages as pk
+from driver import driver_plan as dp
+from driver import driver_request as rq
 from gpu import host_parse as hp
 from conftest import FIXTURES
 
@@ -23,7 +29,7 @@ def load(name):
 
 
 def gpus_of(lspci_fixture):
-    return dc.gpu_summary(hp.nvidia_gpus(hp.parse_lspci(load(lspci_fixture))))
+    return rq.gpu_summary(hp.nvidia_gpus(hp.parse_lspci(load(lspci_fixture))))
 
 
 BLACKWELL = "lspci-nn-D_4xRTXPRO6000-server_rocky10.txt"
@@ -50,14 +56,14 @@ class Query(object):
         self.madison_asked = []
 
     def dpkg(self):
-        return dc.parse_dpkg_query(self.dpkg_text)
+        return pk.parse_dpkg_query(self.dpkg_text)
 
     def smi_owner(self):
-        return dc.parse_dpkg_search(self.smi_owner_text)
+        return pk.parse_dpkg_search(self.smi_owner_text)
 
     def madison(self, packages):
         self.madison_asked.append(list(packages))
-        found = dc.parse_madison(self.madison_text)
+        found = pk.parse_madison(self.madison_text)
         return {p: v for p, v in found.items() if p in packages}
 
     def ubuntu_drivers(self):
@@ -97,7 +103,7 @@ PAIRS = [
 
 @pytest.mark.parametrize("left, right, sign", PAIRS)
 def test_compare_versions(left, right, sign):
-    result = dc.compare_versions(left, right)
+    result = dv.compare_versions(left, right)
     assert (result > 0) - (result < 0) == sign
 
 
@@ -109,16 +115,16 @@ def test_compare_versions_agrees_with_dpkg(left, right, sign):
 
 
 def test_upstream_and_branch():
-    assert dc.upstream_version("1:580.95.05-0ubuntu0.24.04.1") == "580.95.05"
+    assert dv.upstream_version("1:580.95.05-0ubuntu0.24.04.1") == "580.95.05"
     # the branch is host_parse.driver_branch's, the one parser of it (tests/unit/test_tool_versions.py)
-    assert dc.driver_branch("1:580.95.05-0ubuntu0.24.04.1") == 580
-    assert dc.driver_branch("1:0.9.7.6ubuntu3.2") is None
+    assert hp.driver_branch("1:580.95.05-0ubuntu0.24.04.1") == 580
+    assert hp.driver_branch("1:0.9.7.6ubuntu3.2") is None
 
 
 # --- Host outputs ------------------------------------------------------------------------------------
 
 def test_parse_madison_keeps_both_archives():
-    versions = dc.parse_madison(MADISON)
+    versions = pk.parse_madison(MADISON)
     assert versions["nvidia-driver"] == ["580.105.08-1", "580.95.05-1", "570.195.03-1", "550.163.01-2"]
     assert versions["nvidia-open-kernel-dkms"][-1] == "550.163.01-2"  # Debian's own, from contrib
     assert set(versions) == {"nvidia-driver", "nvidia-open-kernel-dkms", "firmware-nvidia-gsp", "nvidia-smi",
@@ -126,7 +132,7 @@ def test_parse_madison_keeps_both_archives():
 
 
 def test_parse_dpkg_query_holds():
-    dpkg = dc.parse_dpkg_query(CONVERGED)
+    dpkg = pk.parse_dpkg_query(CONVERGED)
     assert dpkg["nvidia-driver"] == {"version": "580.105.08-1", "want": "h", "held": True, "installed": True,
                                      "config_files": False}
     assert dpkg["apt"]["held"] is False and dpkg["apt"]["installed"] is True
@@ -134,7 +140,7 @@ def test_parse_dpkg_query_holds():
 
 
 def test_parse_dpkg_query_not_installed_and_half_states():
-    dpkg = dc.parse_dpkg_query("foo\t\tun \nbar\t1.0\trc \nbaz\t2.0\tiU \nqux\t3\thi \n")
+    dpkg = pk.parse_dpkg_query("foo\t\tun \nbar\t1.0\trc \nbaz\t2.0\tiU \nqux\t3\thi \n")
     assert not dpkg["foo"]["installed"] and not dpkg["bar"]["installed"]
     assert dpkg["baz"]["installed"] and dpkg["qux"]["held"]
     assert dpkg["bar"]["config_files"] and not dpkg["foo"]["config_files"] and not dpkg["qux"]["config_files"]
@@ -142,18 +148,18 @@ def test_parse_dpkg_query_not_installed_and_half_states():
 
 def test_replaced_pinning_packages_are_the_other_branches_left_in_rc():
     """590 -> 580: apt removed nvidia-driver-pinning-590 (it conflicts with -580), dpkg kept its conffile."""
-    dpkg = dc.parse_dpkg_query("nvidia-driver-pinning-590\t590-5\trc \nnvidia-driver-pinning-580\t580-5\thi \n"
+    dpkg = pk.parse_dpkg_query("nvidia-driver-pinning-590\t590-5\trc \nnvidia-driver-pinning-580\t580-5\thi \n"
                                "nvidia-driver-pinning-575\t575-5\tun \nnvidia-driver\t580.126.09-1\thi \n")
-    assert dc.replaced_pinning_packages(dpkg, 580) == ["nvidia-driver-pinning-590"]
+    assert pk.replaced_pinning_packages(dpkg, 580) == ["nvidia-driver-pinning-590"]
     # back to 590: its own leftover conffile is taken up again by the install, nothing to purge
-    assert dc.replaced_pinning_packages(dpkg, 590) == []
+    assert pk.replaced_pinning_packages(dpkg, 590) == []
 
 
 def test_parse_dpkg_search():
-    assert dc.parse_dpkg_search(SMI_OWNER) == "nvidia-smi"
-    assert dc.parse_dpkg_search("diversion by foo from: /usr/bin/x\nnvidia-utils-580-server: /usr/bin/nvidia-smi\n") \
+    assert pk.parse_dpkg_search(SMI_OWNER) == "nvidia-smi"
+    assert pk.parse_dpkg_search("diversion by foo from: /usr/bin/x\nnvidia-utils-580-server: /usr/bin/nvidia-smi\n") \
         == "nvidia-utils-580-server"
-    assert dc.parse_dpkg_search("") is None
+    assert pk.parse_dpkg_search("") is None
 
 
 # --- GPUs and the request ----------------------------------------------------------------------------
@@ -163,7 +169,7 @@ def test_gpu_summary_blackwell_server():
     assert len(gpus) == 4
     assert gpus[0]["name"] == "RTX PRO 6000 Blackwell Server Edition"
     assert gpus[0]["min_branch"] == 570 and gpus[0]["open_required"] and gpus[0]["open_supported"]
-    assert dc.min_branch(gpus) == 570
+    assert rq.min_branch(gpus) == 570
 
 
 def test_gpu_summary_numeric_lspci_a100():
@@ -172,8 +178,8 @@ def test_gpu_summary_numeric_lspci_a100():
 
 
 def test_branch_below_the_minimum_is_refused_naming_gpu_branch_and_fix():
-    with pytest.raises(dc.DriverChoiceError) as err:
-        dc.precheck(request(branch="535"), gpus_of(BLACKWELL))
+    with pytest.raises(rq.DriverChoiceError) as err:
+        rq.precheck(request(branch="535"), gpus_of(BLACKWELL))
     msg = str(err.value)
     for part in ("RTX PRO 6000 Blackwell Server Edition (10de:2bb5 at 0000:38:00.0)", ">= 570", "branch 535",
                  "nvidia_driver_branch: auto"):
@@ -181,31 +187,31 @@ def test_branch_below_the_minimum_is_refused_naming_gpu_branch_and_fix():
 
 
 def test_version_below_the_minimum_is_refused_too():
-    with pytest.raises(dc.DriverChoiceError, match="branch 550 .from nvidia_driver_version"):
-        dc.precheck(request(version="550.163.01"), gpus_of(BLACKWELL))
+    with pytest.raises(rq.DriverChoiceError, match="branch 550 .from nvidia_driver_version"):
+        rq.precheck(request(version="550.163.01"), gpus_of(BLACKWELL))
 
 
 def test_proprietary_modules_on_blackwell_are_refused():
-    with pytest.raises(dc.DriverChoiceError) as err:
-        dc.precheck(request(kernel_modules="proprietary"), gpus_of(BLACKWELL))
+    with pytest.raises(rq.DriverChoiceError) as err:
+        rq.precheck(request(kernel_modules="proprietary"), gpus_of(BLACKWELL))
     assert "require the NVIDIA open kernel modules (Blackwell)" in str(err.value)
     assert "nvidia_driver_kernel_modules: auto" in str(err.value)
 
 
 def test_open_modules_on_pascal_are_refused():
-    with pytest.raises(dc.DriverChoiceError, match="cannot use the NVIDIA open kernel modules .no GSP: Pascal"):
-        dc.precheck(request(kernel_modules="open"), dc.gpu_summary(PASCAL))
+    with pytest.raises(rq.DriverChoiceError, match="cannot use the NVIDIA open kernel modules .no GSP: Pascal"):
+        rq.precheck(request(kernel_modules="open"), rq.gpu_summary(PASCAL))
 
 
 def test_mixed_host_cannot_be_served():
-    with pytest.raises(dc.DriverChoiceError, match="no single kernel module flavour"):
-        dc.precheck(request(), gpus_of(BLACKWELL) + dc.gpu_summary(PASCAL))
+    with pytest.raises(rq.DriverChoiceError, match="no single kernel module flavour"):
+        rq.precheck(request(), gpus_of(BLACKWELL) + rq.gpu_summary(PASCAL))
 
 
 def test_auto_modules():
-    assert dc.precheck(request(), gpus_of(BLACKWELL))["kernel_modules"] == "open"
-    assert dc.precheck(request(), gpus_of(A100))["kernel_modules"] == "proprietary"
-    assert dc.precheck(request(kernel_modules="open"), gpus_of(A100))["kernel_modules"] == "open"
+    assert rq.precheck(request(), gpus_of(BLACKWELL))["kernel_modules"] == "open"
+    assert rq.precheck(request(), gpus_of(A100))["kernel_modules"] == "proprietary"
+    assert rq.precheck(request(kernel_modules="open"), gpus_of(A100))["kernel_modules"] == "open"
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -217,8 +223,8 @@ def test_auto_modules():
     ({"style": "rpm"}, "package style"),
 ])
 def test_malformed_requests(bad, match):
-    with pytest.raises(dc.DriverChoiceError, match=match):
-        dc.validate_request(request(**bad))
+    with pytest.raises(rq.DriverChoiceError, match=match):
+        rq.validate_request(request(**bad))
 
 
 # --- ubuntu-drivers ----------------------------------------------------------------------------------
@@ -235,40 +241,40 @@ def test_malformed_requests(bad, match):
     ("ubuntu-drivers-devices_RTXPRO6000-server_gpusim.txt", "server", "open", 580),
 ])
 def test_branch_from_ubuntu_drivers(fixture, flavor, modules, branch):
-    got, why = dc.branch_from_ubuntu_drivers(load(fixture), request(style="ubuntu", flavor=flavor), modules, [])
+    got, why = br.branch_from_ubuntu_drivers(load(fixture), request(style="ubuntu", flavor=flavor), modules, [])
     assert got == branch, why
 
 
 def test_ubuntu_drivers_recommendation_outside_the_flavour_takes_the_newest_of_it():
     text = load("ubuntu-drivers-devices_TeslaT4_aws.txt").replace("nvidia-driver-595-server - distro", "x-595 - distro")
-    got, why = dc.branch_from_ubuntu_drivers(text, request(style="ubuntu"), "proprietary", [])
+    got, why = br.branch_from_ubuntu_drivers(text, request(style="ubuntu"), "proprietary", [])
     assert got == 580 and "595" in why
 
 
 def test_ubuntu_drivers_without_the_flavour_is_an_error():
-    with pytest.raises(dc.DriverChoiceError, match="offers no nvidia-driver-<branch>-server"):
-        dc.branch_from_ubuntu_drivers(load("ubuntu-drivers-devices_GTX1080_no-header_old.txt"),
+    with pytest.raises(rq.DriverChoiceError, match="offers no nvidia-driver-<branch>-server"):
+        br.branch_from_ubuntu_drivers(load("ubuntu-drivers-devices_GTX1080_no-header_old.txt"),
                                       request(style="ubuntu"), "proprietary", [])
 
 
 def test_ubuntu_drivers_below_the_gpu_minimum_is_not_taken():
-    with pytest.raises(dc.DriverChoiceError, match="branch >= 570"):
-        dc.branch_from_ubuntu_drivers(load("ubuntu-drivers-devices_QuadroP2200_aplay-noise.txt"),
+    with pytest.raises(rq.DriverChoiceError, match="branch >= 570"):
+        br.branch_from_ubuntu_drivers(load("ubuntu-drivers-devices_QuadroP2200_aplay-noise.txt"),
                                       request(style="ubuntu"), "open", gpus_of(BLACKWELL))
 
 
 def test_package_names():
-    assert dc.ubuntu_package(580, "server", "open") == "nvidia-driver-580-server-open"
-    assert dc.ubuntu_package(580, "server", "proprietary") == "nvidia-driver-580-server"
-    assert dc.ubuntu_package(580, "desktop", "open") == "nvidia-driver-580-open"
-    assert dc.ubuntu_package(535, "desktop", "proprietary") == "nvidia-driver-535"
+    assert pk.ubuntu_package(580, "server", "open") == "nvidia-driver-580-server-open"
+    assert pk.ubuntu_package(580, "server", "proprietary") == "nvidia-driver-580-server"
+    assert pk.ubuntu_package(580, "desktop", "open") == "nvidia-driver-580-open"
+    assert pk.ubuntu_package(535, "desktop", "proprietary") == "nvidia-driver-535"
 
 
 # --- The plan (Debian style, on the trixie capture) ---------------------------------------------------
 
 def test_fresh_install_takes_the_newest_branch_with_the_open_modules():
     query = Query(fresh_dpkg(), MADISON)
-    result = dc.plan(request(), gpus_of(BLACKWELL), query)
+    result = dp.plan(request(), gpus_of(BLACKWELL), query)
     assert result["action"] == "install"
     assert result["branch"] == 580 and result["version"] == "580.105.08"
     assert result["packages"] == ["nvidia-driver", "nvidia-open-kernel-dkms", "firmware-nvidia-gsp", "nvidia-smi",
@@ -278,18 +284,18 @@ def test_fresh_install_takes_the_newest_branch_with_the_open_modules():
 
 
 def test_converged_host_plans_nothing_and_lists_what_to_hold():
-    result = dc.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+    result = dp.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
     assert result["action"] == "none"
     installed = result["installed"]
     assert installed["package"] == "nvidia-smi" and installed["upstream"] == "580.105.08"
     assert installed["kernel_modules"] == "open"
     assert installed["packages"] == DRIVER_PKGS and installed["held"] == DRIVER_PKGS
     assert "the installed driver" in result["branch_source"]
-    assert dc.verify_installed(result, installed) == []
+    assert dp.verify_installed(result, installed) == []
 
 
 def test_version_pin_downgrades_within_the_branch():
-    result = dc.plan(request(version="580.95.05"), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+    result = dp.plan(request(version="580.95.05"), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
     assert result["action"] == "downgrade" and result["install"][0] == "nvidia-driver=580.95.05-1"
 
 
@@ -297,15 +303,15 @@ def test_upgrade_takes_the_newest_of_the_branch_only_when_asked():
     older = CONVERGED
     for name in DRIVER_PKGS:
         older = older.replace("%s\t580.105.08-1\t" % name, "%s\t580.95.05-1\t" % name)
-    keep = dc.plan(request(), gpus_of(BLACKWELL), Query(older, MADISON, SMI_OWNER))
+    keep = dp.plan(request(), gpus_of(BLACKWELL), Query(older, MADISON, SMI_OWNER))
     assert keep["action"] == "none" and keep["version"] == "580.95.05"
-    up = dc.plan(request(upgrade=True), gpus_of(BLACKWELL), Query(older, MADISON, SMI_OWNER))
+    up = dp.plan(request(upgrade=True), gpus_of(BLACKWELL), Query(older, MADISON, SMI_OWNER))
     assert up["action"] == "upgrade" and up["version"] == "580.105.08"
     assert up["installed"]["held"] == DRIVER_PKGS  # what the role releases before the upgrade
 
 
 def test_explicit_branch_picks_debians_own_package():
-    result = dc.plan(request(branch="550"), gpus_of(A100), Query(fresh_dpkg(), MADISON))
+    result = dp.plan(request(branch="550"), gpus_of(A100), Query(fresh_dpkg(), MADISON))
     assert result["version"] == "550.163.01" and result["kernel_modules"] == "proprietary"
     # Debian's nvidia-kernel-dkms is not in the capture: named without a version, apt picks it
     assert "nvidia-kernel-dkms" in result["install"]
@@ -313,29 +319,29 @@ def test_explicit_branch_picks_debians_own_package():
 
 
 def test_unavailable_version_names_what_the_branch_offers():
-    with pytest.raises(dc.DriverChoiceError) as err:
-        dc.plan(request(version="580.65.06"), gpus_of(BLACKWELL), Query(fresh_dpkg(), MADISON))
+    with pytest.raises(rq.DriverChoiceError) as err:
+        dp.plan(request(version="580.65.06"), gpus_of(BLACKWELL), Query(fresh_dpkg(), MADISON))
     assert "580.105.08-1, 580.95.05-1" in str(err.value)
 
 
 def test_no_driver_in_the_sources():
-    with pytest.raises(dc.DriverChoiceError, match="enable non-free"):
-        dc.plan(request(), gpus_of(BLACKWELL), Query(fresh_dpkg(), ""))
+    with pytest.raises(rq.DriverChoiceError, match="enable non-free"):
+        dp.plan(request(), gpus_of(BLACKWELL), Query(fresh_dpkg(), ""))
 
 
 def test_check_run_before_its_sources_exist_predicts_by_name():
     # A fresh Debian host in --check: non-free is enabled and the repository added only in the prediction,
     # so apt knows no driver yet; the plan names the packages of the branch instead of failing.
-    result = dc.plan(request(sources_pending=True), gpus_of(BLACKWELL), Query(fresh_dpkg(), ""))
+    result = dp.plan(request(sources_pending=True), gpus_of(BLACKWELL), Query(fresh_dpkg(), ""))
     assert result["predicted"] is True and result["action"] == "install"
     # Debian's package names carry no branch: at least the one Blackwell needs, whichever the sources offer.
     assert result["branch"] == 570 and result["version"] == ">=570"
     assert result["kernel_modules"] == "open" and "nvidia-open-kernel-dkms" in result["install"]
     assert all("=" not in spec for spec in result["install"])
     # With sources present, the same request is not a prediction.
-    assert "predicted" not in dc.plan(request(sources_pending=True), gpus_of(BLACKWELL), Query(fresh_dpkg(), MADISON))
+    assert "predicted" not in dp.plan(request(sources_pending=True), gpus_of(BLACKWELL), Query(fresh_dpkg(), MADISON))
     # An explicit branch is named as such.
-    assert dc.plan(request(branch="580", sources_pending=True), gpus_of(BLACKWELL),
+    assert dp.plan(request(branch="580", sources_pending=True), gpus_of(BLACKWELL),
                    Query(fresh_dpkg(), ""))["version"] == "580.*"
 
 
@@ -349,22 +355,22 @@ UBUNTU_MADISON = "".join(
 
 def test_ubuntu_dkms_fresh_install_follows_ubuntu_drivers():
     query = Query(fresh_dpkg(), UBUNTU_MADISON, "", load("ubuntu-drivers-devices_RTXPRO6000-server_gpusim.txt"))
-    result = dc.plan(request(style="ubuntu", dkms=True), gpus_of(BLACKWELL), query)
+    result = dp.plan(request(style="ubuntu", dkms=True), gpus_of(BLACKWELL), query)
     assert result["install"] == ["nvidia-driver-580-server-open=580.105.08-0ubuntu0.24.04.1"]
     assert result["branch_source"] == "ubuntu-drivers recommends branch 580"
 
 
 def test_ubuntu_auto_without_ubuntu_drivers_says_what_to_install():
-    with pytest.raises(dc.DriverChoiceError, match="ubuntu-drivers-common"):
-        dc.plan(request(style="ubuntu", dkms=True), gpus_of(BLACKWELL), Query(fresh_dpkg(), UBUNTU_MADISON))
+    with pytest.raises(rq.DriverChoiceError, match="ubuntu-drivers-common"):
+        dp.plan(request(style="ubuntu", dkms=True), gpus_of(BLACKWELL), Query(fresh_dpkg(), UBUNTU_MADISON))
 
 
 def test_ubuntu_transitional_package_is_refused_before_install():
     # Ubuntu's retired -server branches become transitional packages carrying a newer branch's version.
     madison = " nvidia-driver-570-server-open | 580.95.05-0ubuntu0.24.04.1 | http://archive.ubuntu.com/ubuntu " \
               "noble-updates/restricted amd64 Packages\n"
-    with pytest.raises(dc.DriverChoiceError) as err:
-        dc.plan(request(style="ubuntu", dkms=True, branch="570"), gpus_of(BLACKWELL), Query(fresh_dpkg(), madison))
+    with pytest.raises(rq.DriverChoiceError) as err:
+        dp.plan(request(style="ubuntu", dkms=True, branch="570"), gpus_of(BLACKWELL), Query(fresh_dpkg(), madison))
     assert "transitional" in str(err.value) and "nvidia_driver_branch: 580" in str(err.value)
 
 
@@ -373,7 +379,7 @@ def test_verify_installed_reports_a_branch_pulled_by_a_transitional_package():
                "install": ["nvidia-driver-535-server=535.274.02-0ubuntu1"], "kernel_modules": "proprietary"}
     installed = {"package": "nvidia-utils-580-server", "upstream": "580.95.05", "branch": 580,
                  "kernel_modules": "proprietary"}
-    errors = dc.verify_installed(planned, installed)
+    errors = dp.verify_installed(planned, installed)
     assert len(errors) == 1 and "transitional" in errors[0] and "nvidia-utils-580-server" in errors[0]
 
 
@@ -389,69 +395,69 @@ def test_verify_installed_reports_a_branch_pulled_by_a_transitional_package():
     (None, {"state": "no_driver"}, False, None),
 ])
 def test_reboot_decision(installed, facts, required, word):
-    result = dc.reboot_decision(installed, "open", facts)
+    result = dp.reboot_decision(installed, "open", facts)
     assert result["required"] is required
     if word:
         assert word in result["reason"]
 
 
 def test_disruption_names_the_change_then_the_reboot_and_is_empty_otherwise():
-    converged = dc.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+    converged = dp.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
     loaded = {"state": "ok", "driver_version_kernel": converged["installed"]["upstream"],
               "kernel_modules": {"flavor": converged["installed"]["kernel_modules"]}}
-    converged["reboot"] = dc.reboot_decision(converged["installed"]["upstream"],
+    converged["reboot"] = dp.reboot_decision(converged["installed"]["upstream"],
                                              converged["installed"]["kernel_modules"], loaded)
-    assert converged["action"] == "none" and dc.disruption(converged) == ""
+    assert converged["action"] == "none" and dp.disruption(converged) == ""
     # the installed driver is not the loaded one: the run reboots the host
-    stale = dict(converged, reboot=dc.reboot_decision(converged["installed"]["upstream"], "open",
+    stale = dict(converged, reboot=dp.reboot_decision(converged["installed"]["upstream"], "open",
                                                        {"state": "ok", "driver_version_kernel": "580.95.05"}))
-    assert dc.disruption(stale) == "reboot: driver %s is installed but 580.95.05 is loaded" % (
+    assert dp.disruption(stale) == "reboot: driver %s is installed but 580.95.05 is loaded" % (
         converged["installed"]["upstream"])
     # a version change disrupts whatever the reboot says, and names both versions
     change = dict(converged, action="change", version="580.95.05")
-    assert dc.disruption(change) == "driver change %s -> 580.95.05" % converged["installed"]["upstream"]
+    assert dp.disruption(change) == "driver change %s -> 580.95.05" % converged["installed"]["upstream"]
     fresh = dict(converged, action="install", version="580.95.05", installed={"upstream": None})
-    assert dc.disruption(fresh) == "driver install none -> 580.95.05"
+    assert dp.disruption(fresh) == "driver install none -> 580.95.05"
     # the same version with a package missing (installed by hand without nvidia-persistenced): no version
     # change to name, the packages the run adds instead
     missing = [dict(p, installed=None) if p["name"] == converged["packages"][-1] else p
                for p in converged["package_versions"]]
     added = dict(converged, action="change", version=converged["installed"]["upstream"], package_versions=missing)
-    assert dc.disruption(added) == "driver %s packages added: %s" % (converged["installed"]["upstream"],
+    assert dp.disruption(added) == "driver %s packages added: %s" % (converged["installed"]["upstream"],
                                                                      converged["packages"][-1])
 
 
 # --- Whose holds: gpuhost's (recorded) or the operator's ------------------------------------------------
 
 def test_holds_not_recorded_as_gpuhosts_are_the_operators():
-    result = dc.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+    result = dp.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
     record = {"version": "580.105.08", "held_by_gpuhost": ["nvidia-driver", "nvidia-smi"]}
-    owners = dc.hold_owners(result["installed"], record)
+    owners = dp.hold_owners(result["installed"], record)
     assert owners["ours"] == ["nvidia-driver", "nvidia-smi"]
     assert owners["operator"] == sorted(set(DRIVER_PKGS) - {"nvidia-driver", "nvidia-smi"})
     # no record at all (a driver the operator installed and held): every hold is the operator's
-    assert dc.hold_owners(result["installed"], None) == {"ours": [], "operator": DRIVER_PKGS}
+    assert dp.hold_owners(result["installed"], None) == {"ours": [], "operator": DRIVER_PKGS}
 
 
 def test_records_older_than_held_by_gpuhost_count_their_packages_as_gpuhosts():
-    result = dc.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
-    owners = dc.hold_owners(result["installed"], {"version": "580.105.08", "packages": DRIVER_PKGS})
+    result = dp.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+    owners = dp.hold_owners(result["installed"], {"version": "580.105.08", "packages": DRIVER_PKGS})
     assert owners == {"ours": DRIVER_PKGS, "operator": []}
     # an empty held_by_gpuhost is a record that gpuhost held nothing, not an old record
-    owners = dc.hold_owners(result["installed"], {"packages": DRIVER_PKGS, "held_by_gpuhost": []})
+    owners = dp.hold_owners(result["installed"], {"packages": DRIVER_PKGS, "held_by_gpuhost": []})
     assert owners["operator"] == DRIVER_PKGS
 
 
 def test_a_change_under_the_operators_holds_is_refused_naming_packages_versions_and_variable():
-    result = dc.plan(request(version="580.95.05"), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
-    message = dc.operator_hold_error(result, ["nvidia-driver", "nvidia-smi"])
+    result = dp.plan(request(version="580.95.05"), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+    message = dp.operator_hold_error(result, ["nvidia-driver", "nvidia-smi"])
     assert "nvidia-driver, nvidia-smi" in message
     assert "580.105.08" in message and "580.95.05" in message and "downgrade" in message
     assert "nvidia_driver_release_operator_holds" in message and "Nothing was changed" in message
     # no change planned, or no operator hold: nothing to refuse
-    same = dc.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
-    assert dc.operator_hold_error(same, ["nvidia-driver"]) is None
-    assert dc.operator_hold_error(result, []) is None
+    same = dp.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+    assert dp.operator_hold_error(same, ["nvidia-driver"]) is None
+    assert dp.operator_hold_error(result, []) is None
 
 
 # --- The operator's apt pins (apt_preferences(5)) ------------------------------------------------------
@@ -476,21 +482,21 @@ Pin-Priority: 50
 
 
 def downgrade_plan():
-    return dc.plan(request(version="580.95.05"), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+    return dp.plan(request(version="580.95.05"), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
 
 
 def test_parse_preferences_reads_the_man_page_forms():
-    stanzas = dc.parse_preferences(OPERATOR_PIN)
+    stanzas = ap.parse_preferences(OPERATOR_PIN)
     assert [s["packages"] for s in stanzas] == [["nvidia-*"], ["*"]]
     assert stanzas[0] == {"line": 1, "packages": ["nvidia-*"], "generic": False, "pin_type": "version",
                           "pin": "580.105.08*", "priority": 1001}
     assert stanzas[1]["generic"] is True and stanzas[1]["pin_type"] == "release"
     assert stanzas[1]["pin"] == "a=unstable" and stanzas[1]["priority"] == 50
-    multi = dc.parse_preferences("Package: libcuda1 /^libnv/ nvidia-smi:amd64\nPin: origin \"\"\nPin-Priority: -10\n")
+    multi = ap.parse_preferences("Package: libcuda1 /^libnv/ nvidia-smi:amd64\nPin: origin \"\"\nPin-Priority: -10\n")
     assert multi[0]["packages"] == ["libcuda1", "/^libnv/", "nvidia-smi:amd64"] and multi[0]["priority"] == -10
-    assert dc.parse_preferences("# only a comment\n\n\n") == []
+    assert ap.parse_preferences("# only a comment\n\n\n") == []
     with pytest.raises(ValueError, match="line 2"):
-        dc.parse_preferences("Package: nvidia-driver\nthis is not a field\n")
+        ap.parse_preferences("Package: nvidia-driver\nthis is not a field\n")
 
 
 @pytest.mark.parametrize("name, read", [
@@ -501,12 +507,12 @@ def test_parse_preferences_reads_the_man_page_forms():
     ("nvidia~", False), ("nvidia pin", False), (".nvidia.pref", False), ("nvidia.", False), ("", False),
 ])
 def test_which_preferences_d_files_apt_reads(name, read):
-    assert dc.apt_reads_preferences_part(name) is read
+    assert ap.apt_reads_preferences_part(name) is read
 
 
 def test_preference_files_in_apts_order():
     names = ["zz-last", "gpuhost-nvidia-driver.pref", "operator.bak", "00-first.pref", "README.md"]
-    assert dc.preference_files(names) == [
+    assert ap.preference_files(names) == [
         "/etc/apt/preferences.d/00-first.pref", "/etc/apt/preferences.d/gpuhost-nvidia-driver.pref",
         "/etc/apt/preferences.d/zz-last", "/etc/apt/preferences"]
 
@@ -514,7 +520,7 @@ def test_preference_files_in_apts_order():
 def test_a_version_pin_of_the_operator_stands_in_the_way_of_a_downgrade():
     result = downgrade_plan()
     files = [(OWN_PIN, GPUHOST_PIN), ("/etc/apt/preferences.d/operator-nvidia", OPERATOR_PIN)]
-    pins = dc.operator_pins(files, OWN_PIN, result)
+    pins = ap.operator_pins(files, OWN_PIN, result)
     # gpuhost's own file (the same globs at 1001) is not the operator's; the generic release pin chooses sources
     assert len(pins) == 1
     pin = pins[0]
@@ -522,59 +528,59 @@ def test_a_version_pin_of_the_operator_stands_in_the_way_of_a_downgrade():
     assert pin["packages"] == ["nvidia-driver", "nvidia-open-kernel-dkms", "nvidia-smi", "nvidia-persistenced"]
     assert pin["pin"] == "version 580.105.08*" and pin["priority"] == 1001 and pin["effect"] == "pinned"
     assert pin["wanted"] == "580.95.05-1"
-    message = dc.operator_pin_error(result, pins)
+    message = ap.operator_pin_error(result, pins)
     assert message.startswith("the operator pinned nvidia-driver, nvidia-open-kernel-dkms, nvidia-smi, "
                               "nvidia-persistenced to version 580.105.08* in /etc/apt/preferences.d/operator-nvidia "
                               "(Pin-Priority 1001); this run would downgrade the driver from 580.105.08 to 580.95.05-1")
     assert "Nothing was changed" in message and "nvidia_driver_release_operator_holds: true" in message
     assert "/var/backups/gpuhost" in message and "at the pinned driver" in message
     # The same file under gpuhost's path is gpuhost's own.
-    assert dc.operator_pins([(OWN_PIN, OPERATOR_PIN)], OWN_PIN, result) == []
+    assert ap.operator_pins([(OWN_PIN, OPERATOR_PIN)], OWN_PIN, result) == []
     # Under /etc/apt/preferences it is the operator's too.
-    assert dc.operator_pins([("/etc/apt/preferences", OPERATOR_PIN)], OWN_PIN, result)[0]["file"] == \
+    assert ap.operator_pins([("/etc/apt/preferences", OPERATOR_PIN)], OWN_PIN, result)[0]["file"] == \
         "/etc/apt/preferences"
 
 
 def test_no_refusal_when_the_pin_allows_the_planned_version_or_nothing_changes():
     result = downgrade_plan()
     allows = "Package: nvidia-*\nPin: version 580.95.05*\nPin-Priority: 1001\n"
-    assert dc.operator_pins([("/etc/apt/preferences.d/ok", allows)], OWN_PIN, result) == []
+    assert ap.operator_pins([("/etc/apt/preferences.d/ok", allows)], OWN_PIN, result) == []
     branch = "Package: /nvidia/ libcuda1\nPin: version 580.*\nPin-Priority: 1001\n"
-    assert dc.operator_pins([("/etc/apt/preferences.d/ok", branch)], OWN_PIN, result) == []
-    same = dc.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+    assert ap.operator_pins([("/etc/apt/preferences.d/ok", branch)], OWN_PIN, result) == []
+    same = dp.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
     assert same["action"] == "none"
-    assert dc.operator_pins([("/etc/apt/preferences.d/op", OPERATOR_PIN)], OWN_PIN, same) == []
-    assert dc.operator_pin_error(same, [{"file": "x"}]) is None
-    assert dc.operator_pin_error(result, []) is None
+    assert ap.operator_pins([("/etc/apt/preferences.d/op", OPERATOR_PIN)], OWN_PIN, same) == []
+    assert ap.operator_pin_error(same, [{"file": "x"}]) is None
+    assert ap.operator_pin_error(result, []) is None
 
 
 def test_glob_and_regex_package_patterns():
     result = downgrade_plan()
     regex = "Package: /^(nvidia-smi|libcuda.*)$/\nPin: version 570.195.03-1\nPin-Priority: 990\n"
-    pins = dc.operator_pins([("/etc/apt/preferences.d/re.pref", regex)], OWN_PIN, result)
+    pins = ap.operator_pins([("/etc/apt/preferences.d/re.pref", regex)], OWN_PIN, result)
     # libcuda1 is not in the plan but is a package of the installed driver the change moves
     assert pins[0]["packages"] == ["nvidia-smi", "libcuda1"] and pins[0]["priority"] == 990
     glob = "Package: nvidia-smi:amd64 firmware-nvidia-gs?\nPin: version 580.105.08-1\nPin-Priority: 600\n"
-    pins = dc.operator_pins([("/etc/apt/preferences.d/g", glob)], OWN_PIN, result)
+    pins = ap.operator_pins([("/etc/apt/preferences.d/g", glob)], OWN_PIN, result)
     assert pins[0]["packages"] == ["firmware-nvidia-gsp", "nvidia-smi"]
     other = "Package: cuda-toolkit-* src:nvidia-graphics-drivers\nPin: version 12.8*\nPin-Priority: 1001\n"
-    assert dc.operator_pins([("/etc/apt/preferences.d/c", other)], OWN_PIN, result) == []
+    assert ap.operator_pins([("/etc/apt/preferences.d/c", other)], OWN_PIN, result) == []
 
 
 def test_negative_priority_bars_the_planned_version():
     result = downgrade_plan()
     barred = "Package: nvidia-driver\nPin: version 580.95.*\nPin-Priority: -1\n"
-    pins = dc.operator_pins([("/etc/apt/preferences.d/no-58095", barred)], OWN_PIN, result)
+    pins = ap.operator_pins([("/etc/apt/preferences.d/no-58095", barred)], OWN_PIN, result)
     assert pins[0]["effect"] == "barred" and pins[0]["packages"] == ["nvidia-driver"]
-    message = dc.operator_pin_error(result, pins)
+    message = ap.operator_pin_error(result, pins)
     assert "the operator barred nvidia-driver (Pin: version 580.95.*) in /etc/apt/preferences.d/no-58095 " \
            "(Pin-Priority -1)" in message and "a driver the pins allow" in message
     # a negative pin on other versions bars nothing this run wants
     other = "Package: nvidia-driver\nPin: version 550.*\nPin-Priority: -1\n"
-    assert dc.operator_pins([("/etc/apt/preferences.d/no-550", other)], OWN_PIN, result) == []
+    assert ap.operator_pins([("/etc/apt/preferences.d/no-550", other)], OWN_PIN, result) == []
     # a negative pin on every source bars every version
     nowhere = "Package: nvidia-smi\nPin: release *\nPin-Priority: -1\n"
-    assert dc.operator_pins([("/etc/apt/preferences.d/never", nowhere)], OWN_PIN, result)[0]["effect"] == "barred"
+    assert ap.operator_pins([("/etc/apt/preferences.d/never", nowhere)], OWN_PIN, result)[0]["effect"] == "barred"
 
 
 def test_release_and_origin_pins_choose_sources_and_are_not_the_operators_version_pins():
@@ -582,22 +588,22 @@ def test_release_and_origin_pins_choose_sources_and_are_not_the_operators_versio
     text = ("Package: nvidia-*\nPin: origin developer.download.nvidia.com\nPin-Priority: -1\n\n"
             "Package: nvidia-*\nPin: release o=Debian,a=trixie,c=non-free\nPin-Priority: 1001\n\n"
             "Package: nvidia-*\nPin: release n=trixie-backports\nPin-Priority: 900\n")
-    assert dc.operator_pins([("/etc/apt/preferences.d/sources", text)], OWN_PIN, result) == []
+    assert ap.operator_pins([("/etc/apt/preferences.d/sources", text)], OWN_PIN, result) == []
 
 
 def test_an_unreadable_preferences_file_is_named():
-    with pytest.raises(dc.DriverChoiceError, match="/etc/apt/preferences.d/broken"):
-        dc.operator_pins([("/etc/apt/preferences.d/broken", "Package: nvidia-smi\nPin version 1\n")], OWN_PIN,
+    with pytest.raises(rq.DriverChoiceError, match="/etc/apt/preferences.d/broken"):
+        ap.operator_pins([("/etc/apt/preferences.d/broken", "Package: nvidia-smi\nPin version 1\n")], OWN_PIN,
                          downgrade_plan())
 
 
 def test_predicted_plans_compare_the_pin_with_the_branch():
     # --check on a fresh host whose sources this run adds: no package version yet, only the branch (580.*).
-    result = dc.plan(request(branch="580", sources_pending=True), gpus_of(BLACKWELL), Query(fresh_dpkg(), ""))
+    result = dp.plan(request(branch="580", sources_pending=True), gpus_of(BLACKWELL), Query(fresh_dpkg(), ""))
     assert result["predicted"] is True and result["version"] == "580.*" and result["action"] == "install"
 
     def pins(text):
-        return dc.operator_pins([("/etc/apt/preferences.d/op", text)], OWN_PIN, result)
+        return ap.operator_pins([("/etc/apt/preferences.d/op", text)], OWN_PIN, result)
 
     assert pins("Package: nvidia-driver\nPin: version 570.*\nPin-Priority: 1001\n")[0]["wanted"] == "580.*"
     assert pins("Package: nvidia-driver\nPin: version 580.105.08-1\nPin-Priority: 1001\n") == []
@@ -607,9 +613,9 @@ def test_predicted_plans_compare_the_pin_with_the_branch():
     assert pins("Package: nvidia-driver\nPin: version 580.95.*\nPin-Priority: -1\n") == []
     # an exact version asked for: 580.95.05-<revision>
     exact = dict(result, version="580.95.05")
-    assert dc.operator_pins([("/x/p", "Package: nvidia-smi\nPin: version 580.105.08*\nPin-Priority: 1001\n")],
+    assert ap.operator_pins([("/x/p", "Package: nvidia-smi\nPin: version 580.105.08*\nPin-Priority: 1001\n")],
                             OWN_PIN, exact)[0]["wanted"] == "580.95.05"
-    assert dc.operator_pins([("/x/p", "Package: nvidia-smi\nPin: version 580.95.05-*\nPin-Priority: 1001\n")],
+    assert ap.operator_pins([("/x/p", "Package: nvidia-smi\nPin: version 580.95.05-*\nPin-Priority: 1001\n")],
                             OWN_PIN, exact) == []
 
 
@@ -627,7 +633,7 @@ def test_the_module_reads_the_files_apt_reads(tmp_path, monkeypatch):
     files = module.HostQuery(None).preferences()
     assert [path for path, _ in files] == [str(parts / "gpuhost-nvidia-driver.pref"), str(parts / "operator-nvidia"),
                                           str(tmp_path / "preferences")]
-    pins = dc.operator_pins(files, str(parts / "gpuhost-nvidia-driver.pref"), downgrade_plan())
+    pins = ap.operator_pins(files, str(parts / "gpuhost-nvidia-driver.pref"), downgrade_plan())
     assert [p["file"] for p in pins] == [str(parts / "operator-nvidia"), str(tmp_path / "preferences")]
     monkeypatch.setattr(module, "PREFERENCES_PARTS", str(tmp_path / "missing"))
     assert [path for path, _ in module.HostQuery(None).preferences()] == [str(tmp_path / "preferences")]
@@ -647,7 +653,7 @@ def fm_madison(versions=("580.105.08", "580.95.05")):
 
 def hgx_plan(madison, **kw):
     query = Query(fresh_dpkg(), madison, "", load("ubuntu-drivers-devices_RTXPRO6000-server_gpusim.txt"))
-    return dc.plan(request(style="ubuntu", dkms=True, nvswitches=NVSWITCHES, **kw), gpus_of(BLACKWELL), query)
+    return dp.plan(request(style="ubuntu", dkms=True, nvswitches=NVSWITCHES, **kw), gpus_of(BLACKWELL), query)
 
 
 def test_an_nvswitch_host_gets_the_fabric_manager_at_the_drivers_version():
@@ -661,23 +667,23 @@ def test_an_nvswitch_host_gets_the_fabric_manager_at_the_drivers_version():
 
 
 def test_a_fabric_manager_the_archive_lacks_at_the_drivers_version_stops_the_plan():
-    with pytest.raises(dc.DriverChoiceError) as err:
+    with pytest.raises(rq.DriverChoiceError) as err:
         hgx_plan(fm_madison(versions=("580.95.05",)))
     assert "nvidia-fabricmanager-580 580.105.08 is not in the apt sources (they offer 580.95.05)" in str(err.value)
 
 
 def test_fabric_manager_modes_and_refusals():
-    without = dc.plan(request(style="ubuntu", dkms=True, nvswitches=NVSWITCHES, fabric_manager="never"), gpus_of(BLACKWELL),
+    without = dp.plan(request(style="ubuntu", dkms=True, nvswitches=NVSWITCHES, fabric_manager="never"), gpus_of(BLACKWELL),
                       Query(fresh_dpkg(), fm_madison(), "", load("ubuntu-drivers-devices_RTXPRO6000-server_gpusim.txt")))
     assert without["fabric_manager"] is False and len(without["install"]) == 1
     assert "802" in without["fabric_manager_reason"]
-    with pytest.raises(dc.DriverChoiceError, match="NV_WARN_NOTHING_TO_DO"):
-        dc.precheck(request(style="ubuntu", fabric_manager="always"), gpus_of(BLACKWELL))
-    with pytest.raises(dc.DriverChoiceError, match="Debian's archive does not carry"):
-        dc.precheck(request(nvswitches=NVSWITCHES), gpus_of(BLACKWELL))
-    with pytest.raises(dc.DriverChoiceError, match="auto, always or never"):
-        dc.precheck(request(fabric_manager="yes"), gpus_of(BLACKWELL))
-    assert dc.precheck(request(), gpus_of(BLACKWELL))["fabric_manager"] is False
+    with pytest.raises(rq.DriverChoiceError, match="NV_WARN_NOTHING_TO_DO"):
+        rq.precheck(request(style="ubuntu", fabric_manager="always"), gpus_of(BLACKWELL))
+    with pytest.raises(rq.DriverChoiceError, match="Debian's archive does not carry"):
+        rq.precheck(request(nvswitches=NVSWITCHES), gpus_of(BLACKWELL))
+    with pytest.raises(rq.DriverChoiceError, match="auto, always or never"):
+        rq.precheck(request(fabric_manager="yes"), gpus_of(BLACKWELL))
+    assert rq.precheck(request(), gpus_of(BLACKWELL))["fabric_manager"] is False
 
 
 # --- Ubuntu without DKMS: Canonical's signed modules ----------------------------------------------------
@@ -704,7 +710,7 @@ class SignedQuery(Query):
         return self.kernel
 
     def kernel_images(self):
-        return dc.parse_kernel_images(self.images)
+        return pk.parse_kernel_images(self.images)
 
     def pkgnames(self, prefix):
         return "\n".join(n for n in self.names.split() if n.startswith(prefix))
@@ -715,35 +721,35 @@ class SignedQuery(Query):
 
 
 def test_kernel_flavour_from_the_image_metapackage():
-    images = dc.parse_kernel_images(KERNEL_IMAGES)
+    images = pk.parse_kernel_images(KERNEL_IMAGES)
     assert images["linux-image-generic"] == {"version": "6.18.44-1.1", "installed": True,
                                              "depends": ["linux-image-" + KERNEL]}
     assert images["linux-image-unsigned-" + KERNEL]["installed"] is False
-    flavour, why = dc.kernel_flavour(images, KERNEL)
+    flavour, why = pk.kernel_flavour(images, KERNEL)
     assert flavour == "generic" and why == "linux-image-generic depends on linux-image-" + KERNEL
     # another kernel running: no metapackage depends on it
-    flavour, why = dc.kernel_flavour(images, "6.8.0-149-generic")
+    flavour, why = pk.kernel_flavour(images, "6.8.0-149-generic")
     assert flavour is None and "installed metapackages: linux-image-generic" in why
 
 
 def test_signed_flavours_are_the_metapackages_of_that_variant_only():
-    assert dc.signed_flavours(PKGNAMES_OPEN, "580-server-open") == ["generic"]
+    assert pk.signed_flavours(PKGNAMES_OPEN, "580-server-open") == ["generic"]
     # the closed variant's prefix also matches the open packages: they are not its flavours
-    assert dc.signed_flavours(PKGNAMES_CLOSED, "580-server") == ["generic"]
+    assert pk.signed_flavours(PKGNAMES_CLOSED, "580-server") == ["generic"]
 
 
 def test_built_for_driver_reads_the_real_per_kernel_stanza():
     # Ubuntu 22.04's real apt-cache show (NVIDIA's GPU Operator docs): kernel-common pinned to 515.86.01
-    stanzas = dc.parse_apt_show(load("apt-cache-show_linux-modules-nvidia-515-server-5.15.0-56-generic_cloud-native-docs.txt"))
+    stanzas = pk.parse_apt_show(load("apt-cache-show_linux-modules-nvidia-515-server-5.15.0-56-generic_cloud-native-docs.txt"))
     assert [(s["package"], s["version"]) for s in stanzas] == [
         ("linux-modules-nvidia-515-server-5.15.0-56-generic", "5.15.0-56.62+1")]
-    assert dc.built_for_driver(stanzas[0]["depends"], 515, "server") == "515.86.01"
-    assert dc.built_for_driver(stanzas[0]["depends"], 580, "server") is None
-    assert dc.built_for_driver(stanzas[0]["depends"], 515, "desktop") is None
+    assert pk.built_for_driver(stanzas[0]["depends"], 515, "server") == "515.86.01"
+    assert pk.built_for_driver(stanzas[0]["depends"], 580, "server") is None
+    assert pk.built_for_driver(stanzas[0]["depends"], 515, "desktop") is None
 
 
 def test_signed_plan_installs_no_dkms_userspace_and_the_modules_built_for_the_driver():
-    result = dc.plan(request(style="ubuntu"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg()))
+    result = dp.plan(request(style="ubuntu"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg()))
     own = "linux-modules-nvidia-580-server-open-" + KERNEL
     assert result["install"] == [
         "nvidia-headless-no-dkms-580-server-open=580.105.08-0ubuntu0.24.04.1",
@@ -752,34 +758,34 @@ def test_signed_plan_installs_no_dkms_userspace_and_the_modules_built_for_the_dr
         "linux-modules-nvidia-580-server-open-generic=6.18.44-1.1+3", own + "=6.18.44-1.1+3"]
     assert result["kernel"]["flavour"] == "generic" and result["kernel"]["release"] == KERNEL
     assert result["remove"] == [] and result["action"] == "install"
-    older = dc.plan(request(style="ubuntu", version="580.95.05"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg()))
+    older = dp.plan(request(style="ubuntu", version="580.95.05"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg()))
     assert "%s=6.18.44-1.1+2" % own in older["install"]
 
 
 def test_signed_plan_refusals_name_the_fix():
-    with pytest.raises(dc.DriverChoiceError) as err:
-        dc.plan(request(style="ubuntu", kernel_flavour="aws"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg()))
+    with pytest.raises(rq.DriverChoiceError) as err:
+        dp.plan(request(style="ubuntu", kernel_flavour="aws"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg()))
     assert "no Canonical-signed nvidia modules for the aws kernel flavour" in str(err.value)
     assert "flavours with signed 580-server-open modules: generic" in str(err.value)
     assert "nvidia_driver_dkms: true" in str(err.value)
     # a running kernel the archive has no build for
     images = KERNEL_IMAGES.replace(KERNEL, "6.8.0-149-generic")
-    with pytest.raises(dc.DriverChoiceError) as err:
-        dc.plan(request(style="ubuntu"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg(), kernel="6.8.0-149-generic",
+    with pytest.raises(rq.DriverChoiceError) as err:
+        dp.plan(request(style="ubuntu"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg(), kernel="6.8.0-149-generic",
                                                                          images=images))
     assert "no signed nvidia modules for the running kernel 6.8.0-149-generic" in str(err.value)
     assert "apt install linux-generic" in str(err.value)
     # no flavour to be found
-    with pytest.raises(dc.DriverChoiceError, match="nvidia_driver_kernel_flavour"):
-        dc.plan(request(style="ubuntu"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg(), images=""))
-    with pytest.raises(dc.DriverChoiceError, match="nvidia_driver_kernel_flavour must be auto"):
-        dc.precheck(request(style="ubuntu", kernel_flavour="Generic!"), gpus_of(BLACKWELL))
+    with pytest.raises(rq.DriverChoiceError, match="nvidia_driver_kernel_flavour"):
+        dp.plan(request(style="ubuntu"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg(), images=""))
+    with pytest.raises(rq.DriverChoiceError, match="nvidia_driver_kernel_flavour must be auto"):
+        rq.precheck(request(style="ubuntu", kernel_flavour="Generic!"), gpus_of(BLACKWELL))
 
 
 def test_signed_plan_refuses_a_driver_no_build_for_the_running_kernel_fits():
     show = "\n\n".join(b for b in SHOW_OPEN.split("\n\n") if "(>= 580.95.05)" not in b)
-    with pytest.raises(dc.DriverChoiceError) as err:
-        dc.plan(request(style="ubuntu", version="580.95.05"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg(), show=show))
+    with pytest.raises(rq.DriverChoiceError) as err:
+        dp.plan(request(style="ubuntu", version="580.95.05"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg(), show=show))
     assert "built for driver 580.105.08, not 580.95.05" in str(err.value)
     assert "nvidia_driver_version: 580.105.08" in str(err.value)
 
@@ -788,10 +794,10 @@ def test_signed_plan_removes_the_dkms_packages_it_replaces():
     # the driver scenario's own dpkg capture of a host gpuhost converged with the DKMS driver metapackage
     dkms = "nvidia-driver-580-server-open\t580.105.08-0ubuntu0.24.04.1\thi \n" \
            "nvidia-dkms-580-server-open\t580.105.08-0ubuntu0.24.04.1\tii \n"
-    result = dc.plan(request(style="ubuntu"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg() + dkms))
+    result = dp.plan(request(style="ubuntu"), gpus_of(BLACKWELL), SignedQuery(fresh_dpkg() + dkms))
     assert result["remove"] == ["nvidia-dkms-580-server-open", "nvidia-driver-580-server-open"]
     assert result["action"] != "none"
-    assert dc.plan(request(style="ubuntu", dkms=True), gpus_of(BLACKWELL),
+    assert dp.plan(request(style="ubuntu", dkms=True), gpus_of(BLACKWELL),
                    Query(fresh_dpkg() + dkms, UBUNTU_MADISON, "", load("ubuntu-drivers-devices_RTXPRO6000-server_gpusim.txt")))["remove"] == []
 
 
@@ -799,9 +805,9 @@ def test_signed_plan_removes_the_dkms_packages_it_replaces():
 
 def test_dpkg_owners_of_several_paths():
     # the real single-path capture, and dpkg's form for a path two packages share
-    assert dc.parse_dpkg_owners(load("dpkg-query-S_nvidia-smi_debian.txt")) == {"/usr/bin/nvidia-smi": "nvidia-smi"}
-    assert dc.parse_dpkg_search(load("dpkg-query-S_nvidia-smi_debian.txt")) == "nvidia-smi"
-    assert dc.parse_dpkg_owners("diversion by dash from: /bin/sh\nlibc6:amd64, libc6-dev:amd64: /usr/share/doc\n") == {
+    assert pk.parse_dpkg_owners(load("dpkg-query-S_nvidia-smi_debian.txt")) == {"/usr/bin/nvidia-smi": "nvidia-smi"}
+    assert pk.parse_dpkg_search(load("dpkg-query-S_nvidia-smi_debian.txt")) == "nvidia-smi"
+    assert pk.parse_dpkg_owners("diversion by dash from: /bin/sh\nlibc6:amd64, libc6-dev:amd64: /usr/share/doc\n") == {
         "/usr/share/doc": "libc6"}
 
 
@@ -813,7 +819,7 @@ def test_a_pin_file_of_a_driver_package_is_not_the_operators():
                "package_versions": [{"name": "nvidia-driver", "version": "590.48.01-1"}],
                "package_version": "590.48.01-1", "version": "590.48.01",
                "installed": {"packages": ["nvidia-driver", "nvidia-driver-pinning-580"]}}
-    assert [p["file"] for p in dc.operator_pins([(path, pin)], None, planned)] == [path]
-    assert dc.operator_pins([(path, pin)], None, planned, owners={path: "nvidia-driver-pinning-580"}) == []
+    assert [p["file"] for p in ap.operator_pins([(path, pin)], None, planned)] == [path]
+    assert ap.operator_pins([(path, pin)], None, planned, owners={path: "nvidia-driver-pinning-580"}) == []
     # a file some other package ships is still a pin in the driver's way
-    assert dc.operator_pins([(path, pin)], None, planned, owners={path: "site-apt-policy"}) != []
+    assert ap.operator_pins([(path, pin)], None, planned, owners={path: "site-apt-policy"}) != []

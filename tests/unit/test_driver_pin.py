@@ -1,4 +1,4 @@
-"""The driver role's apt pin: its Package globs pin exactly the packages driver_choice counts as the
+"""The driver role's apt pin: its Package globs pin exactly the packages driver_packages counts as the
 driver's (names from real dpkg, apt-cache and ubuntu-drivers outputs), and it uses no /regex/, which apt
 matches against every package name at every cache open."""
 import fnmatch
@@ -9,7 +9,7 @@ import re
 import jinja2
 
 from conftest import FIXTURES, ROOT
-from driver.driver_choice import DRIVER_PACKAGE
+from driver.driver_packages import DRIVER_PACKAGE
 
 TEMPLATE = os.path.join(ROOT, "roles", "nvidia_driver", "templates", "apt-pin.pref.j2")
 

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import FIXTURES
 from containers import cdi_spec, cuda_requirement, daemon_json, gpus_path, versions
-from driver import driver_choice
+from driver import branch_choice, driver_packages, driver_plan, driver_request
 from gpu import gpu_facts, host_parse
 from gpu.host_parse import driver_branch
 
@@ -70,8 +70,10 @@ def test_branch_edges(text, branch):
 
 
 def test_one_branch_parser_everywhere():
-    assert driver_choice.driver_branch is cuda_requirement.driver_branch is gpu_facts.driver_branch is driver_branch
-    assert not hasattr(driver_choice, "version_branch")
+    drivers = (branch_choice, driver_packages, driver_plan, driver_request)
+    assert all(module.driver_branch is driver_branch for module in drivers)
+    assert cuda_requirement.driver_branch is gpu_facts.driver_branch is driver_branch
+    assert not any(hasattr(module, "version_branch") for module in drivers)
 
 
 # --- nvidia-ctk --version --------------------------------------------------------------------------------
