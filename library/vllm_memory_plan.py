@@ -3,7 +3,7 @@
 # Copyright (c) gpuhost contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Ansible module: vLLM memory plan before a start (thin shell over module_utils.vllm_plan)."""
+"""Ansible module: vLLM memory plan before a start (thin shell over module_utils serving/vllm_plan and vllm_host_plan)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -332,8 +332,10 @@ held_mib:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.serving.vllm_plan import (
-    PlanError, held_by_others, load_measurements, plan, plan_host, refuse_message)
+from ansible.module_utils.serving.vllm_host_plan import held_by_others, plan_host
+from ansible.module_utils.serving.vllm_measured import load_measurements
+from ansible.module_utils.serving.vllm_plan import plan, refuse_message
+from ansible.module_utils.serving.vllm_plan_inputs import PlanError
 from ansible.module_utils.gpu.gpu_topology import placement_warnings
 
 SINGLE = ("gpu_memory_mib", "gpu_reserved_mib", "gpu_name", "gpu_memory_utilization", "max_model_len",

@@ -123,7 +123,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible.module_utils.runs.atomic_file import read_text, write_atomic
 from ansible.module_utils.serving.vllm_instances import record
-from ansible.module_utils.serving.vllm_plan import PlanError, after_starts, load_measurements
+from ansible.module_utils.serving.vllm_measured import after_starts, load_measurements
+from ansible.module_utils.serving.vllm_plan_inputs import PlanError
 
 
 def previous_instances(text):

@@ -26,7 +26,8 @@ from ansible.module_utils.serving import k8s_manifest
 from ansible.module_utils.serving import k8s_plan
 from ansible.module_utils.serving import vllm_overheads
 from gpuhost_cli.cli_io import Parser, UsageError, fail, read_input
-from ansible.module_utils.serving.vllm_plan import PlanError, plan, render_text, resolve_version
+from ansible.module_utils.serving.vllm_plan import plan, render_text
+from ansible.module_utils.serving.vllm_plan_inputs import PlanError, resolve_version
 
 
 def _parser():

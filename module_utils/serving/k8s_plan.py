@@ -6,7 +6,7 @@
 
 Pure functions, stdlib only.  Time-slicing hands every GPU out R times and divides no memory
 (docs/research/containerd-k3s.md §5), so every vLLM process that can land on one GPU must
-fit there beside the others.  The rule is vllm_plan's (check_instances, even_share):
+fit there beside the others.  The rule is vllm_sharing's (check_instances, even_share):
 
     each process holds   budget = gpu_memory_utilization x CUDA total   (vLLM's own rule)
                        + what it holds beyond the budget (OUTSIDE_BUDGET_MIB)
@@ -18,8 +18,9 @@ two differ by the 434 MiB the driver reserves on an L4 (gpu_memory catalogue).
 """
 from ansible.module_utils.serving import vllm_overheads as vo
 from ansible.module_utils.serving.k8s_manifest import SHARED_SUFFIX
-from ansible.module_utils.serving.vllm_plan import (
-    MAX_UTILIZATION, OUTSIDE_BUDGET_MIB, PlanError, budget_room, check_instances, even_share, resolve_version)
+from ansible.module_utils.serving.vllm_plan import MAX_UTILIZATION
+from ansible.module_utils.serving.vllm_plan_inputs import PlanError, resolve_version
+from ansible.module_utils.serving.vllm_sharing import OUTSIDE_BUDGET_MIB, budget_room, check_instances, even_share
 
 
 def utilization_of(workload):

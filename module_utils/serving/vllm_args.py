@@ -6,7 +6,7 @@
 
 The vllm role's containers are started with the command line `command_line` writes from an instance's
 settings (vllm_instances.py); a Kubernetes manifest's container (k8s_manifest.py) and an instance's
-extra_args (vllm_plan.engine_flags) are read back into the same settings by `read`.
+extra_args (vllm_host_plan.engine_flags) are read back into the same settings by `read`.
 """
 import re
 

@@ -15,7 +15,7 @@ import os
 import re
 
 from ansible.module_utils.serving.vllm_args import command_line, names_flag
-from ansible.module_utils.serving.vllm_plan import _gpu_named, gpu_indexes
+from ansible.module_utils.serving.vllm_gpus import _gpu_named, gpu_indexes
 
 # What an instance does not give: these, then the role-wide settings (ipc_mode, shm_size).
 INSTANCE_DEFAULTS = (

@@ -22,8 +22,8 @@ At start it
      read-write mode: No space left on device (28)`;
   7. sizes the KV cache as vLLM 0.25.1 does - budget on CUDA's total, minus the weights, the
      profiling run's activation peak and non-torch memory, and the estimated CUDA-graph memory
-     (printed as 0.25.1 prints it) - with module_utils/serving/vllm_plan.py's arithmetic (copied into the
-     image) and the figures its "profiling" measures (below); it fails as vLLM's
+     (printed as 0.25.1 prints it) - with module_utils/serving/vllm_plan.py's and vllm_model.py's
+     arithmetic (copied into the image) and the figures its "profiling" measures (below); it fails as vLLM's
      check_enough_kv_cache_memory does when one max-length request does not fit;
   8. prints every line in the format of vLLM 0.2x (corpus 001/024/035), then serves /health,
      /v1/models and /v1/chat/completions until SIGTERM.
@@ -57,7 +57,7 @@ if os.path.exists(os.path.join(HERE, "module_utils_path.py")):
     install(os.path.join(HERE, "module_utils"))
 
 from ansible.module_utils.gpu import nvsmi_parse  # noqa: E402
-from ansible.module_utils.serving import vllm_overheads, vllm_plan  # noqa: E402
+from ansible.module_utils.serving import vllm_model, vllm_overheads, vllm_plan  # noqa: E402
 from ansible.module_utils.serving.safetensors_header import (  # noqa: E402
     checkpoint_weight_bytes, read_header, tensor_bytes)
 
@@ -304,7 +304,7 @@ def parser():
     p.add_argument("--max-num-batched-tokens", type=int)
     p.add_argument("--quantization", "-q")
     p.add_argument("--kv-cache-dtype", default="auto",
-                   choices=sorted(vllm_plan.KV_CACHE_DTYPE_BYTES))
+                   choices=sorted(vllm_model.KV_CACHE_DTYPE_BYTES))
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     p.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
     p.add_argument("--dtype", default="auto")
@@ -465,7 +465,7 @@ def start(argv, env=None, host=None, out=None, err=None, sleep=time.sleep, bind=
         raise StartFailure(1)
     with open(os.path.join(model_dir, "config.json")) as handle:
         config = json.load(handle)
-    arch = vllm_plan.model_arch(config, args.quantization)
+    arch = vllm_model.model_arch(config, args.quantization)
     architecture = (config.get("architectures") or ["?"])[0]
     log.api("INFO", "model.py:619", "Resolved architecture: %s" % architecture)
 
@@ -644,17 +644,17 @@ def start(argv, env=None, host=None, out=None, err=None, sleep=time.sleep, bind=
         log.api_engine_failed()
         raise StartFailure(1)
     arch_spec = spec["arch"]
-    per_layer = vllm_plan.layer_kv_bytes(
-        arch_spec, vllm_plan.kv_dtype_bytes(args.kv_cache_dtype, arch_spec["dtype_bytes"]), tp)
+    per_layer = vllm_model.layer_kv_bytes(
+        arch_spec, vllm_model.kv_dtype_bytes(args.kv_cache_dtype, arch_spec["dtype_bytes"]), tp)
     block = spec["block_size"] or vllm_plan.BLOCK_SIZE
-    needed = vllm_plan.request_kv_bytes(arch_spec["layers"], per_layer, max_model_len, block, batched)
+    needed = vllm_model.request_kv_bytes(arch_spec["layers"], per_layer, max_model_len, block, batched)
     available = kv["kv_cache_gib"] * GIB
     if needed > available:
         estimate = 0
         lo, hi = 1, max_model_len
         while lo <= hi:  # vLLM's estimate_max_model_len: the longest request that fits
             mid = (lo + hi) // 2
-            if vllm_plan.request_kv_bytes(arch_spec["layers"], per_layer, mid, block, batched) <= available:
+            if vllm_model.request_kv_bytes(arch_spec["layers"], per_layer, mid, block, batched) <= available:
                 estimate, lo = mid, mid + 1
             else:
                 hi = mid - 1

@@ -3,7 +3,7 @@ import pytest
 
 from gpu import gpu_memory
 from serving import k8s_plan
-from serving import vllm_plan as vp
+from serving import vllm_sharing as vsh
 
 L4 = gpu_memory.device_memory("L4")  # 23,034 MiB - 434 reserved = 22,600 MiB CUDA total
 
@@ -17,10 +17,10 @@ def workload(name, replicas, util, resource="nvidia.com/gpu.shared", count=1):
 
 def test_check_instances_counts_memory_outside_the_budgets():
     four = [{"name": str(i), "gpu_memory_utilization": 0.25} for i in range(4)]
-    assert vp.check_instances(four, 22600)[0]["fits"]  # budgets alone: exactly the device
-    check = vp.check_instances(four, 22600, per_instance_mib=144)[0]
+    assert vsh.check_instances(four, 22600)[0]["fits"]  # budgets alone: exactly the device
+    check = vsh.check_instances(four, 22600, per_instance_mib=144)[0]
     assert not check["fits"] and check["required_mib"] == 22600 + 4 * 144
-    assert vp.even_share(check) == 0.24  # floor((22,600 - 576) / 4 / 22,600, 2 decimals)
+    assert vsh.even_share(check) == 0.24  # floor((22,600 - 576) / 4 / 22,600, 2 decimals)
 
 
 def test_two_deployments_on_one_shared_resource_pack_the_largest_budgets():

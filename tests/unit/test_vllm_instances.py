@@ -8,7 +8,6 @@ the instances of the molecule inventories (vllm, vllm_mig, first_use, vllm's sid
 that reach every branch, and compares what the tasks decide - vllm_resolved, the arguments of each
 docker_container task, the warnings, the record, where they fail - with what the same harness captured
 from the Jinja of 1c34c40 (tests/fixtures/jinja_before/)."""
-import copy
 import json
 import os
 import sys
@@ -261,16 +260,16 @@ def _log_report(prefix):
 
 def record_inputs(inputs, outputs):
     """report.yml's inputs for the record cases: the instances as the role resolved them (the captured
-    vllm_resolved), their plans (vllm_plan.plan_host on model directories named as molecule's), startup
+    vllm_resolved), their plans (vllm_host_plan.plan_host on model directories named as molecule's), startup
     reports of real logs, which containers this run deployed, and the image's CUDA verdict."""
-    from ansible.module_utils.serving import vllm_plan
+    from ansible.module_utils.serving import vllm_host_plan
     out = {}
     with tempfile.TemporaryDirectory() as models:
         _models_dir(models)
         for case, logs in RECORD_CASES.items():
             resolved = outputs[case]["resolved"]
             gpus = inputs[case]["facts"]["gpus"]
-            plans = vllm_plan.plan_host(resolved, gpus, models)["plans"]
+            plans = vllm_host_plan.plan_host(resolved, gpus, models)["plans"]
             reports = dict((inst["name"], _log_report(log)) for inst, log in zip(resolved, logs))
             out[case] = {"facts": inputs[case]["facts"], "vars": {
                 "vllm_resolved": resolved, "vllm_plan_by_name": plans, "vllm_report_by_name": reports,

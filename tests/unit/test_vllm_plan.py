@@ -10,14 +10,18 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from serving import safetensors_header as sth
+from serving import vllm_model as vm
+from serving import vllm_overheads as vo
 from serving import vllm_plan as vp
+from serving import vllm_plan_inputs as vpi
+from serving import vllm_sharing as vsh
 from conftest import FIXTURES
 
 MODELS = os.path.join(FIXTURES, "models")
 
 
 def arch(name):
-    return vp.model_arch(vp.load_config(os.path.join(MODELS, name)))
+    return vm.model_arch(vm.load_config(os.path.join(MODELS, name)))
 
 
 def seed_plan(**overrides):
@@ -130,18 +134,18 @@ def test_four_times_023_on_one_l4_is_accepted():
 
 
 def test_instances_count_memory_already_held():
-    checks = vp.check_instances([{"name": "a", "gpu_memory_utilization": 0.5},
-                                 {"name": "b", "gpu_memory_utilization": 0.45}], 23034, held_mib=2000)
+    checks = vsh.check_instances([{"name": "a", "gpu_memory_utilization": 0.5},
+                                  {"name": "b", "gpu_memory_utilization": 0.45}], 23034, held_mib=2000)
     assert not checks[0]["fits"]  # 0.95 x 23034 + 2000 > 23034
-    checks = vp.check_instances([{"name": "a", "gpu_memory_utilization": 0.5, "gpu_index": 0},
-                                 {"name": "b", "gpu_memory_utilization": 0.5, "gpu_index": 1}], 23034)
+    checks = vsh.check_instances([{"name": "a", "gpu_memory_utilization": 0.5, "gpu_index": 0},
+                                  {"name": "b", "gpu_memory_utilization": 0.5, "gpu_index": 1}], 23034)
     assert [c["gpu_index"] for c in checks] == [0, 1] and all(c["fits"] for c in checks)
 
 
 def test_four_quarters_fit_only_without_what_each_process_holds_beyond_its_budget():
     quarters = [{"name": str(i), "gpu_memory_utilization": 0.25} for i in range(4)]
-    assert vp.check_instances(quarters, 23034)[0]["fits"]
-    assert not vp.check_instances(quarters, 23034, per_instance_mib=vp.OUTSIDE_BUDGET_MIB)[0]["fits"]
+    assert vsh.check_instances(quarters, 23034)[0]["fits"]
+    assert not vsh.check_instances(quarters, 23034, per_instance_mib=vsh.OUTSIDE_BUDGET_MIB)[0]["fits"]
 
 
 def test_host_plan_refuses_four_quarters_on_one_gpu():
@@ -275,20 +279,20 @@ def test_refuse_message_names_layer_numbers_and_top_remedy():
     ("gpt-oss-20b", 49152),                 # 24 x 8 x 64 x 2 x 2 (sliding and full together)
 ])
 def test_kv_bytes_per_token_from_config(model, expected):
-    assert vp.kv_bytes_per_token(arch(model)) == expected
+    assert vm.kv_bytes_per_token(arch(model)) == expected
 
 
 def test_kv_dtype_and_tensor_parallel_split():
     llama = arch("llama-3.1-8b-instruct")
-    assert vp.kv_bytes_per_token(llama, "fp8") == 65536
-    assert vp.kv_bytes_per_token(llama, "fp8_e5m2", tp=2) == 32768
-    assert vp.kv_bytes_per_token(llama, "auto", tp=4) == 32768
+    assert vm.kv_bytes_per_token(llama, "fp8") == 65536
+    assert vm.kv_bytes_per_token(llama, "fp8_e5m2", tp=2) == 32768
+    assert vm.kv_bytes_per_token(llama, "auto", tp=4) == 32768
     # 4 KV heads over 8 ranks: replicated, one head per rank.
-    assert vp.kv_bytes_per_token(arch("qwen3-235b-a22b-fp8"), "fp8", tp=8) == 94 * 1 * 128 * 2
+    assert vm.kv_bytes_per_token(arch("qwen3-235b-a22b-fp8"), "fp8", tp=8) == 94 * 1 * 128 * 2
     # MLA is not split by tensor parallelism.
-    assert vp.kv_bytes_per_token(arch("deepseek-v2-lite"), tp=4) == 31104
-    with pytest.raises(vp.PlanError):
-        vp.kv_bytes_per_token(llama, "int3")
+    assert vm.kv_bytes_per_token(arch("deepseek-v2-lite"), tp=4) == 31104
+    with pytest.raises(vpi.PlanError):
+        vm.kv_bytes_per_token(llama, "int3")
 
 
 def test_hybrid_layer_patterns():
@@ -336,7 +340,7 @@ CORPUS_KV = [
 @pytest.mark.parametrize("log, model, tp, kv_dtype, logged_gib, logged_tokens", CORPUS_KV)
 def test_kv_tokens_match_corpus_logs(log, model, tp, kv_dtype, logged_gib, logged_tokens):
     assert os.path.exists(os.path.join(FIXTURES, "vllm_logs", log))
-    predicted = logged_gib * vp.GIB / vp.kv_bytes_per_token(arch(model), kv_dtype, tp)
+    predicted = logged_gib * vp.GIB / vm.kv_bytes_per_token(arch(model), kv_dtype, tp)
     # The logs print GiB with two decimals: 2.89 GiB is +-0.17 %.
     assert predicted == pytest.approx(logged_tokens, rel=0.002)
 
@@ -460,12 +464,12 @@ def test_bad_input_is_a_plan_error(bad):
     inputs = dict(gpu_memory_mib=24576, gpu_memory_utilization=0.9, max_model_len=4096,
                   weights_gib=10, kv_bytes_per_token=131072)
     inputs.update(bad)
-    with pytest.raises(vp.PlanError):
+    with pytest.raises(vpi.PlanError):
         vp.plan(**inputs)
 
 
 def test_model_dir_without_weights_asks_for_weights_gib():
-    with pytest.raises(vp.PlanError, match="weights_gib"):
+    with pytest.raises(vpi.PlanError, match="weights_gib"):
         vp.plan(gpu_memory_mib=24576, model_dir=os.path.join(MODELS, "llama-3.1-8b-instruct"))
 
 
@@ -483,7 +487,7 @@ def test_plan_never_crashes_and_keeps_its_invariants(total, reserved, util, weig
                      tensor_parallel_size=tp, held_mib=min(held, cuda_total - 1), kv_cache_dtype=kv,
                      vllm_version=version)
     assert result["kv_cache_tokens"] >= 0
-    if vp.vo.generation(vp.vo.parse_version(version) if version else None)[1]["tokens"] == "blocks":
+    if vo.generation(vo.parse_version(version) if version else None)[1]["tokens"] == "blocks":
         assert result["kv_cache_tokens"] % 16 == 0
     low, high = result["band"]["max_concurrency"]
     assert low <= result["max_concurrency"] <= high

@@ -28,6 +28,7 @@ import pytest
 from gpu import gpu_memory
 from serving import vllm_log
 from serving import vllm_overheads as vo
+from serving import vllm_model as vm
 from serving import vllm_plan as vp
 from conftest import FIXTURES
 
@@ -203,12 +204,12 @@ def test_near_one_the_plan_does_not_refuse_what_started():
 
 
 def test_llava_config_is_completed_with_the_library_defaults():
-    arch = vp.model_arch(vp.load_config(os.path.join(FIXTURES, "models", "llava-1.5-7b-hf")))
+    arch = vm.model_arch(vm.load_config(os.path.join(FIXTURES, "models", "llava-1.5-7b-hf")))
     # LlamaConfig's defaults: 32 layers, 32 heads (= KV heads), 4096 hidden, 11008 MLP.
     assert (arch["num_hidden_layers"], arch["num_attention_heads"], arch["num_key_value_heads"]) == (32, 32, 32)
     assert (arch["hidden_size"], arch["intermediate_size"], arch["vocab_size"]) == (4096, 11008, 32064)
     assert arch["vision"] == {"hidden_size": 1024, "intermediate_size": 4096, "merge": 1}
-    assert vp.kv_bytes_per_token(arch) == 32 * 32 * 128 * 2 * 2
+    assert vm.kv_bytes_per_token(arch) == 32 * 32 * 128 * 2 * 2
 
 
 @pytest.mark.parametrize("log, expected", [

@@ -11,6 +11,8 @@ import pytest
 from gpu import gpu_memory
 from serving import vllm_log
 from serving import vllm_overheads as vo
+from serving import vllm_host_plan as vhp
+from serving import vllm_measured as vme
 from serving import vllm_plan as vp
 from conftest import FIXTURES, run_ansible_module
 
@@ -120,10 +122,10 @@ def test_cudagraph_sizes_as_logs_print_them():
 
 
 def test_engine_flags_from_extra_args():
-    assert vp.engine_flags(["--enable-prefix-caching", "--max-num-batched-tokens", "4096", "--enforce-eager",
-                            "--max_num_seqs=32", "--runner", "pooling"]) == {
+    assert vhp.engine_flags(["--enable-prefix-caching", "--max-num-batched-tokens", "4096", "--enforce-eager",
+                             "--max_num_seqs=32", "--runner", "pooling"]) == {
         "max_num_batched_tokens": "4096", "max_num_seqs": "32", "enforce_eager": True, "pooling": True}
-    assert vp.engine_flags([]) == {}
+    assert vhp.engine_flags([]) == {}
 
 
 def test_held_by_others_counts_only_foreign_processes():
@@ -131,7 +133,7 @@ def test_held_by_others_counts_only_foreign_processes():
                  {"pid": 12, "gpu_index": 1, "used_mib": 700}, {"pid": 13, "gpu_index": 1, "used_mib": 50}]
     cgroups = {10: "0::/system.slice/docker-abc123.scope\n", 11: "0::/user.slice/session-2.scope\n",
                12: "0::/system.slice/docker-def456.scope\n"}  # 13 has ended: counted
-    assert vp.held_by_others(processes, cgroups, ["abc123", "def456"]) == {0: 4000, 1: 50}
+    assert vhp.held_by_others(processes, cgroups, ["abc123", "def456"]) == {0: 4000, 1: 50}
 
 
 # ------------------------------------------------------------------ a host's instances
@@ -150,8 +152,8 @@ def instance(name, model, gpus, util, max_model_len, **extra):
 
 
 def test_host_plan_uses_each_gpus_facts_and_the_images_version(models):
-    result = vp.plan_host([instance("big", "qwen3-4b", [0], 0.5, 32768),
-                           instance("small", "qwen3-4b", [1], 0.9, 8192)], [H100, L4], models)
+    result = vhp.plan_host([instance("big", "qwen3-4b", [0], 0.5, 32768),
+                            instance("small", "qwen3-4b", [1], 0.9, 8192)], [H100, L4], models)
     big, small = result["plans"]["big"], result["plans"]["small"]
     assert big["cuda_total_mib"] == 81080 and small["cuda_total_mib"] == 22600
     assert big["gpu_reserved_source"] == small["gpu_reserved_source"] == "facts"
@@ -164,15 +166,15 @@ def test_host_plan_uses_each_gpus_facts_and_the_images_version(models):
 
 
 def test_host_plan_refuses_an_overflowing_gpu_with_the_names(models):
-    result = vp.plan_host([instance("r%d" % i, "qwen3-4b", [1], 0.4, 4096) for i in range(4)], [H100, L4], models)
+    result = vhp.plan_host([instance("r%d" % i, "qwen3-4b", [1], 0.4, 4096) for i in range(4)], [H100, L4], models)
     assert result["refused"] == ["r0", "r1", "r2", "r3"]
     assert result["message"].startswith("vllm memory plan: refuse r0 - GPU 1: 4 instances (r0, r1, r2, r3)")
     assert result["message"].endswith("No container was started.")
 
 
 def test_host_plan_counts_held_memory_and_limits_tensor_parallel_to_the_gpus_there_are(models):
-    result = vp.plan_host([instance("a", "qwen2.5-14b-instruct", [1], 0.9, 32768)], [H100, L4], models,
-                          held={1: 3000})
+    result = vhp.plan_host([instance("a", "qwen2.5-14b-instruct", [1], 0.9, 32768)], [H100, L4], models,
+                           held={1: 3000})
     plan = result["plans"]["a"]
     assert plan["held_mib"] == 3000 and plan["verdict"] == "refuse"
     assert "free_memory_below_budget" in {r["code"] for r in plan["reasons"]}
@@ -196,7 +198,7 @@ def test_a_measured_start_makes_the_next_plan_exact():
                   model_dir=os.path.join(MODELS, "llama-3.1-8b-instruct"), weights_gib=report["weights_gib"],
                   vllm_version="0.11.0", flashinfer=False)
     first = vp.plan(**inputs)
-    entry = vp.measured_entry(first, report)
+    entry = vme.measured_entry(first, report)
     assert entry["weights_gib"] == report["weights_gib"] and entry["kv_cache_gib"] == report["kv_cache_gib"]
     again = dict(inputs)
     again.pop("weights_gib")
@@ -208,7 +210,7 @@ def test_a_measured_start_makes_the_next_plan_exact():
     # Exact but for the log's two decimals: 0.005 GiB is 41 tokens of 128 KiB.
     assert abs(second["kv_cache_tokens"] - report["kv_cache_tokens"]) <= 0.005 * GIB / 131072 + 16
     assert second["band"]["share"] == vp.MEASURED_BAND_SHARE < first["band"]["share"]
-    assert "measured on this host" in vp.instance_lines({"name": "x", "gpu_indexes": [0]}, second)[0]
+    assert "measured on this host" in vhp.instance_lines({"name": "x", "gpu_indexes": [0]}, second)[0]
 
 
 def test_the_log_breakdown_splits_the_measured_overheads():
@@ -219,7 +221,7 @@ def test_the_log_breakdown_splits_the_measured_overheads():
                                  "cuda_graph_profiling": False}
     plan = vp.plan(gpu_memory_mib=24218, gpu_reserved_mib=0, model_dir=os.path.join(MODELS, "qwen2.5-3b"),
                    weights_gib=report["weights_gib"], max_model_len=4096, max_num_seqs=1, vllm_version="0.10.2")
-    entry = vp.measured_entry(plan, report)
+    entry = vme.measured_entry(plan, report)
     assert entry["activation_gib"] == 0.17
     total = entry["weights_gib"] + entry["activation_gib"] + entry["non_torch_gib"] + entry["cuda_graph_gib"]
     assert total + entry["kv_cache_gib"] == pytest.approx(plan["budget_gib"], abs=0.001)
@@ -227,27 +229,27 @@ def test_the_log_breakdown_splits_the_measured_overheads():
 
 def test_after_starts_keeps_the_deployed_plan_of_an_unchanged_container(models):
     inst = instance("a", "qwen3-4b", [0], 0.5, 32768)
-    plans = vp.plan_host([inst], [H100], models)["plans"]
+    plans = vhp.plan_host([inst], [H100], models)["plans"]
     report = {"started": True, "weights_gib": 7.56, "kv_cache_gib": 25.0, "kv_cache_tokens": 182032,
               "max_concurrency": 5.56, "warning_details": []}
-    first = vp.after_starts([inst], plans, {"a": report}, {"a"}, {}, [H100], {}, 0.01)
+    first = vme.after_starts([inst], plans, {"a": report}, {"a"}, {}, [H100], {}, 0.01)
     (key, entry), = first["entries"].items()
     assert entry["settings"]["model"] == "qwen3-4b" and entry["kv_cache_gib"] == 25.0
     assert first["warnings"]["a"][0].startswith("vllm: WARNING a: KV cache tokens 182032 in the startup log")
     # Next run: the plan now uses the measurement, the container was not recreated.
-    replanned = vp.plan_host([inst], [H100], models, measurements=first["entries"])["plans"]
+    replanned = vhp.plan_host([inst], [H100], models, measurements=first["entries"])["plans"]
     assert replanned["a"]["estimates"]["activation_gib"] == "measured on this host"
     previous = {"a": {"plan": first["plans"]["a"]}}
-    second = vp.after_starts([inst], replanned, {"a": report}, set(), previous, [H100], first["entries"], 0.01)
+    second = vme.after_starts([inst], replanned, {"a": report}, set(), previous, [H100], first["entries"], 0.01)
     assert second == first  # nothing to record anew, the same warnings
     # A changed argument is another key: the model again.
-    changed = vp.plan_host([dict(inst, max_model_len=16384)], [H100], models, measurements=first["entries"])
+    changed = vhp.plan_host([dict(inst, max_model_len=16384)], [H100], models, measurements=first["entries"])
     assert changed["plans"]["a"]["estimates"]["activation_gib"] == "model"
 
 
 def test_measurement_module_records_atomically_and_supports_check_mode(models, tmp_path):
     inst = instance("a", "qwen3-4b", [0], 0.5, 32768, image="vllm/vllm-openai:v0.11.0")
-    plans = vp.plan_host([inst], [H100], models)["plans"]
+    plans = vhp.plan_host([inst], [H100], models)["plans"]
     report = {"started": True, "weights_gib": 7.56, "kv_cache_gib": 30.0, "kv_cache_tokens": 218448,
               "max_concurrency": 6.67, "warning_details": []}
     store = tmp_path / "measured.json"

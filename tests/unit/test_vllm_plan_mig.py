@@ -7,9 +7,15 @@ import os
 import pytest
 
 from gpu import nvsmi_parse
-from serving import vllm_plan as vp
+from serving import vllm_gpus as vg
+from serving import vllm_host_plan as vhp
+from serving import vllm_measured as vme
+from serving import vllm_plan_inputs as vpi
 from conftest import FIXTURES
-from test_vllm_plan_host import instance, models  # noqa: F401  (models: the module's fixture)
+import test_vllm_plan_host
+from test_vllm_plan_host import instance
+
+models = test_vllm_plan_host.models  # that module's fixture, for the tests here
 
 SMI = os.path.join(FIXTURES, "nvidia_smi")
 
@@ -29,7 +35,7 @@ def test_the_captures_are_one_h100_with_four_mig_devices():
 
 
 def test_gpu_colon_device_names_the_slice():
-    got = vp.resolve_gpus(["0:0"], GPUS, LISTING)
+    got = vg.resolve_gpus(["0:0"], GPUS, LISTING)
     mig = got["mig_device"]
     assert got["gpu_indexes"] == [0]
     assert (mig["profile"], mig["memory_total_mib"], mig["uuid"]) == \
@@ -39,12 +45,12 @@ def test_gpu_colon_device_names_the_slice():
 
 
 def test_a_mig_uuid_names_the_slice():
-    mig = vp.resolve_gpus(["MIG-00000001-0000-0000-0000-000000000001"], GPUS, LISTING)["mig_device"]
+    mig = vg.resolve_gpus(["MIG-00000001-0000-0000-0000-000000000001"], GPUS, LISTING)["mig_device"]
     assert (mig["ref"], mig["profile"], mig["memory_total_mib"]) == ("0:1", "2g.20gb", 20096)
 
 
 def test_without_the_listing_a_gpu_colon_device_still_has_its_memory():
-    mig = vp.resolve_gpus(["0:2"], GPUS)["mig_device"]
+    mig = vg.resolve_gpus(["0:2"], GPUS)["mig_device"]
     assert mig["memory_total_mib"] == 9984 and mig["profile"] is None and mig["visible_devices"] == "0:2"
 
 
@@ -58,19 +64,19 @@ def test_without_the_listing_a_gpu_colon_device_still_has_its_memory():
     ([], "gpus is empty"),
 ])
 def test_what_cannot_be_served_is_refused_with_the_reason(ids, words):
-    with pytest.raises(vp.PlanError) as err:
-        vp.resolve_gpus(ids, GPUS, LISTING)
+    with pytest.raises(vpi.PlanError) as err:
+        vg.resolve_gpus(ids, GPUS, LISTING)
     assert words in str(err.value)
 
 
 def _on(name, ref, util, model="qwen3-4b", max_model_len=4096):
-    got = vp.resolve_gpus([ref], GPUS, LISTING)
+    got = vg.resolve_gpus([ref], GPUS, LISTING)
     return instance(name, model, got["gpu_indexes"], util, max_model_len, mig_device=got["mig_device"],
                     tensor_parallel_size=1)
 
 
-def test_two_instances_each_on_a_slice_are_planned_against_the_slices(models):  # noqa: F811
-    result = vp.plan_host([_on("a", "0:0", 0.9), _on("b", "0:1", 0.9)], GPUS, models)
+def test_two_instances_each_on_a_slice_are_planned_against_the_slices(models):
+    result = vhp.plan_host([_on("a", "0:0", 0.9), _on("b", "0:1", 0.9)], GPUS, models)
     a, b = result["plans"]["a"], result["plans"]["b"]
     # each budget is a share of its own slice (the captures' Totals, Reserved 0), not of the 80 GB card
     assert a["cuda_total_mib"] == 40448 and b["cuda_total_mib"] == 20096
@@ -82,34 +88,34 @@ def test_two_instances_each_on_a_slice_are_planned_against_the_slices(models):  
     assert all(r["tensor_parallel_size"] == 1 for plan in result["plans"].values() for r in plan["remedies"])
 
 
-def test_two_instances_on_one_slice_share_it(models):  # noqa: F811
-    result = vp.plan_host([_on("a", "0:1", 0.6), _on("b", "MIG-00000001-0000-0000-0000-000000000001", 0.6)],
-                          GPUS, models)
+def test_two_instances_on_one_slice_share_it(models):
+    result = vhp.plan_host([_on("a", "0:1", 0.6), _on("b", "MIG-00000001-0000-0000-0000-000000000001", 0.6)],
+                           GPUS, models)
     assert result["refused"] == ["a", "b"]
     assert "GPU 0:1: 2 instances (a, b)" in result["message"]
 
 
-def test_a_model_too_large_for_the_slice_is_refused(models):  # noqa: F811
+def test_a_model_too_large_for_the_slice_is_refused(models):
     # Qwen2.5-14B's 13.9 GiB of BF16 weights do not fit 1g.10gb's 9984 MiB
-    result = vp.plan_host([_on("big", "0:2", 0.9, model="qwen2.5-14b-instruct")], GPUS, models)
+    result = vhp.plan_host([_on("big", "0:2", 0.9, model="qwen2.5-14b-instruct")], GPUS, models)
     assert result["refused"] == ["big"]
 
 
-def test_an_instance_whose_gpu_ids_name_a_mig_device_is_resolved_by_the_host_plan(models):  # noqa: F811
+def test_an_instance_whose_gpu_ids_name_a_mig_device_is_resolved_by_the_host_plan(models):
     # as the role resolves it: gpu_ids as given, gpu_indexes the parent GPU
     inst = instance("a", "qwen3-4b", [0], 0.9, 4096, gpu_ids=["0:1"], tensor_parallel_size=1)
-    result = vp.plan_host([inst], GPUS, models)
+    result = vhp.plan_host([inst], GPUS, models)
     assert result["plans"]["a"]["cuda_total_mib"] == 20096 and result["refused"] == []
 
 
-def test_the_measurement_key_names_the_mig_device_in_the_plan_and_after_the_start(models):  # noqa: F811
+def test_the_measurement_key_names_the_mig_device_in_the_plan_and_after_the_start(models):
     inst = instance("a", "qwen3-4b", [0], 0.9, 4096, gpu_ids=["0:1"], tensor_parallel_size=1)
-    result = vp.plan_host([inst], GPUS, models)
+    result = vhp.plan_host([inst], GPUS, models)
     key = result["plans"]["a"]["measurement_key"]
     # without the -L listing the slice is named by its size (003: 2g.20gb is 20096 MiB, 32 SMs)
-    assert key == vp.measurement_key(inst, "NVIDIA H100 80GB HBM3 MIG 20096 MiB 32 SMs")[0]
-    assert key != vp.measurement_key(inst, "NVIDIA H100 80GB HBM3")[0]
-    after = vp.after_starts([inst], result["plans"], {}, set(), {}, GPUS, {}, 0.1)
+    assert key == vme.measurement_key(inst, "NVIDIA H100 80GB HBM3 MIG 20096 MiB 32 SMs")[0]
+    assert key != vme.measurement_key(inst, "NVIDIA H100 80GB HBM3")[0]
+    after = vme.after_starts([inst], result["plans"], {}, set(), {}, GPUS, {}, 0.1)
     assert set(after["plans"]) == {"a"}
 
 
@@ -119,13 +125,13 @@ def test_gpu_indexes_of_every_form_an_instance_may_name():
              "mig_devices": [{"index": 0, "gpu_index": 0, "uuid": "MIG-1111"}, {"index": 1, "gpu_index": 0,
                                                                               "uuid": "MIG-2222"}]},
             {"index": 1, "uuid": "GPU-bbbb", "mig_mode": False, "mig_devices": []}]
-    assert vp.gpu_indexes(["1"], gpus) == [1]
-    assert vp.gpu_indexes([0, "GPU-bbbb"], gpus) == [0, 1]
-    assert vp.gpu_indexes(["0:1"], gpus) == [0]
-    assert vp.gpu_indexes(["MIG-2222"], gpus) == [0]
+    assert vg.gpu_indexes(["1"], gpus) == [1]
+    assert vg.gpu_indexes([0, "GPU-bbbb"], gpus) == [0, 1]
+    assert vg.gpu_indexes(["0:1"], gpus) == [0]
+    assert vg.gpu_indexes(["MIG-2222"], gpus) == [0]
     # the same GPU twice counts once; what the host lacks adds nothing (the role compares the counts)
-    assert vp.gpu_indexes(["1", "GPU-bbbb"], gpus) == [1]
-    assert vp.gpu_indexes(["7", "GPU-cccc", "MIG-9999", "3:0"], gpus) == []
+    assert vg.gpu_indexes(["1", "GPU-bbbb"], gpus) == [1]
+    assert vg.gpu_indexes(["7", "GPU-cccc", "MIG-9999", "3:0"], gpus) == []
 
 
 def test_instance_gpus_through_the_instances_module():
