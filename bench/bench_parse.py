@@ -22,6 +22,7 @@ install(os.path.join(ROOT, "module_utils"))
 
 from gpu import gpu_facts  # noqa: E402
 from gpu import nvsmi_parse  # noqa: E402
+from gpu import nvsmi_xml  # noqa: E402
 
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "nvidia_smi", "043_qx_590.44.01_RTX-PRO-6000-Blackwell_v13.xml")
 SMI_CALL_MS = 300.0
@@ -84,7 +85,7 @@ def main(argv):
         if len(facts["gpus"]) != 8 or len({g["uuid"] for g in facts["gpus"]}) != 8:
             print("warning: the 8-GPU document did not parse into 8 distinct GPUs")
         print("8-GPU -q -x document: %d KiB, %d repeats" % (len(xml) // 1024, repeats))
-        report("parse_xml (8 GPUs)", median_ms(lambda: nvsmi_parse.parse_xml(xml), repeats))
+        report("parse_xml (8 GPUs)", median_ms(lambda: nvsmi_xml.parse_xml(xml), repeats))
         report("facts_from_output (detect+parse+normalise)", median_ms(lambda: nvsmi_parse.facts_from_output(xml), repeats))
         caps = captures_for(xml)
         report("module pipeline build_facts (xml+lspci+proc)",

@@ -21,7 +21,8 @@ from ansible.module_utils.driver import fabric_manager
 from ansible.module_utils.gpu import gpu_topology
 from ansible.module_utils.gpu.host_parse import parse_lspci
 from gpuhost_cli.cli_io import read_input, run_subcommand
-from ansible.module_utils.gpu.nvsmi_parse import ParseError, clean_text, detect_form
+from ansible.module_utils.gpu.nvsmi_common import ParseError, clean_text
+from ansible.module_utils.gpu.nvsmi_parse import detect_form
 
 
 def report(data, lspci=None):

@@ -24,6 +24,8 @@ import sys
 from ansible.module_utils.diagnosis.explain import ExplainError, explain, render_text as explain_text
 from ansible.module_utils.driver import secure_boot as sb
 from ansible.module_utils.gpu import gpu_topology, nvsmi_parse
+from ansible.module_utils.gpu.nvsmi_common import ParseError, clean_text
+from ansible.module_utils.gpu.nvsmi_error import classify_error, parse_error
 from gpuhost_cli import fabric as fabric_cli, mig as mig_cli, secure_boot as secure_boot_cli, topo as topo_cli
 from gpuhost_cli.cli_io import UsageError, read_input
 
@@ -143,7 +145,7 @@ def _delegated(command, reading, render):
 def _topo(text):
     try:
         topo = gpu_topology.parse_topo_matrix(text)
-    except nvsmi_parse.ParseError:
+    except ParseError:
         return None
     out = topo_cli.report(topo)
     return _delegated("topo", out, topo_cli.render_text(out))
@@ -179,7 +181,7 @@ def _fabric_report(text):
         return None
     try:
         out = fabric_cli.report(text)
-    except nvsmi_parse.ParseError:
+    except ParseError:
         return None
     return out if out["gpus"] else None
 
@@ -205,7 +207,7 @@ def _smi(facts, text):
 def _error_with_versions(text, partial):
     """The nvidia-smi error text of a paste, with the driver and CUDA versions an earlier (cut) output in the
     same paste shows."""
-    facts = nvsmi_parse.normalise(nvsmi_parse.parse_error(text))
+    facts = nvsmi_parse.normalise(parse_error(text))
     if partial is not None:
         for key in ("driver_version", "cuda_driver_version"):
             if facts[key] is None and partial[key]:
@@ -217,19 +219,19 @@ def _error_with_versions(text, partial):
 def answer(data):
     """(the JSON object, its text) that `gpuhost smi` prints for a pasted text; ParseError when no reader
     knows it."""
-    text = nvsmi_parse.clean_text(data)
+    text = clean_text(data)
     try:
         return _smi(nvsmi_parse.facts_from_output(text), text)
-    except nvsmi_parse.ParseError as exc:
+    except ParseError as exc:
         refusal = exc
     for reader in (_topo, _mig, _secure_boot):
         found = reader(text)
         if found is not None:
             return found
-    error = nvsmi_parse.classify_error(text) is not None
+    error = classify_error(text) is not None
     try:
         partial = nvsmi_parse.facts_from_output(text, partial=True)
-    except nvsmi_parse.ParseError:
+    except ParseError:
         partial = None
     fabric = _fabric_report(text)
     if partial is not None and (partial["gpus"] or partial["processes"] or not (error or fabric)):
@@ -241,7 +243,7 @@ def answer(data):
     found = _findings(text)
     if found and found["findings"]:
         return _delegated("explain", found, explain_text(found))
-    raise nvsmi_parse.ParseError("%s (nor the output of another command gpuhost reads: topo, fabric, mig, "
+    raise ParseError("%s (nor the output of another command gpuhost reads: topo, fabric, mig, "
                                  "mokutil; nor a known GPU-stack error)" % refusal)
 
 
@@ -266,7 +268,7 @@ def main(argv):
             return 2
         try:
             out, text = answer(data)
-        except nvsmi_parse.ParseError as exc:
+        except ParseError as exc:
             sys.stderr.write("gpuhost smi: %s\n" % _one_line(exc))
             return 2
         if as_json:

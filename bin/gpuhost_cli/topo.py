@@ -15,7 +15,7 @@ import sys
 
 from ansible.module_utils.gpu import gpu_topology
 from gpuhost_cli.cli_io import UsageError, read_input, run_subcommand
-from ansible.module_utils.gpu.nvsmi_parse import ParseError
+from ansible.module_utils.gpu.nvsmi_common import ParseError
 
 
 def report(topo, tp=None):

@@ -10,7 +10,7 @@ Every entry names the broken layer, a stable kind, the pattern of the decisive l
 means in one sentence, the fix, and the gpuhost run that repairs or checks it.  Its `scopes`
 say which reader uses it and under which of that reader's own names:
   container  stack_check.classify_container (a `docker run --gpus ... nvidia-smi -L` that failed)
-  smi        nvsmi_parse.classify_error (an nvidia-smi error text -> facts state)
+  smi        nvsmi_error.classify_error (an nvidia-smi error text -> facts state)
   vllm       vllm_log (a vLLM start's failure kind)
   cuda       stack_check.check_cuda_probe (NVIDIA's vectorAdd sample in a --gpus container that failed)
   kernel     secure_boot.module_signature_events (a kernel log or journal: the module signature verdicts)

@@ -23,7 +23,8 @@ import re
 from ansible.module_utils.diagnosis import error_catalogue as catalogue
 from ansible.module_utils.driver.fabric_manager import needs_fabric_manager, nvswitches
 from ansible.module_utils.gpu.gpu_topology import fabric_verdict, parse_fabric, parse_fabric_xml
-from ansible.module_utils.gpu.nvsmi_parse import ParseError, detect_form
+from ansible.module_utils.gpu.nvsmi_common import ParseError
+from ansible.module_utils.gpu.nvsmi_parse import detect_form
 from ansible.module_utils.layers.registry import CATALOGUE_ORDER
 from ansible.module_utils.serving.vllm_log import RE as VLLM_RE, clean_line, parse as parse_vllm_log
 

@@ -14,10 +14,12 @@ host/runner.py), so the whole pipeline runs in unit tests and benchmarks on capt
 import os
 
 from ansible.module_utils.host.runner import TIMEOUT_RC
-from ansible.module_utils.gpu.nvsmi_parse import (
-    COMPUTE_APPS_FIELDS, GPU_QUERY_FIELDS, GPU_QUERY_FIELDS_EXTENDED, ParseError,
-    classify_error, merge_mig_listing, merge_processes, normalise, parse_compute_apps_csv, parse_error,
-    parse_query_gpu_csv, parse_xml)
+from ansible.module_utils.gpu.nvsmi_common import ParseError
+from ansible.module_utils.gpu.nvsmi_csv import (
+    COMPUTE_APPS_FIELDS, GPU_QUERY_FIELDS, GPU_QUERY_FIELDS_EXTENDED, parse_compute_apps_csv, parse_query_gpu_csv)
+from ansible.module_utils.gpu.nvsmi_error import classify_error, parse_error
+from ansible.module_utils.gpu.nvsmi_parse import merge_mig_listing, merge_processes, normalise
+from ansible.module_utils.gpu.nvsmi_xml import parse_xml
 from ansible.module_utils.gpu.host_parse import (
     HostParseError, driver_branch, nvidia_gpus, parse_lspci, parse_proc_version,
     pci_device_from_sysfs)

@@ -28,8 +28,9 @@ What the real outputs show (../shared/corpus/nvidia_smi/055-067, tests/fixtures/
 import re
 import xml.etree.ElementTree as ET
 
-from ansible.module_utils.gpu.nvsmi_parse import (
-    _Q_GPU, ParseError, TruncatedInput, _last_xml_document, _q_tree, clean_text)
+from ansible.module_utils.gpu.nvsmi_common import ParseError, TruncatedInput, clean_text
+from ansible.module_utils.gpu.nvsmi_q import _Q_GPU, _q_tree
+from ansible.module_utils.gpu.nvsmi_xml import _last_xml_document
 
 # The columns after the devices, and the key each goes under.
 AFFINITY_COLUMNS = {"CPU Affinity": "cpu_affinity", "NUMA Affinity": "numa_affinity", "GPU NUMA ID": "gpu_numa_id"}

@@ -33,7 +33,8 @@ import json
 import sys
 
 from ansible.module_utils.gpu import mig_parse
-from ansible.module_utils.gpu.nvsmi_parse import ParseError, parse_xml
+from ansible.module_utils.gpu.nvsmi_common import ParseError
+from ansible.module_utils.gpu.nvsmi_xml import parse_xml
 from ansible.module_utils.host.runner import SubprocessHostIO
 
 DISABLED = "disabled"

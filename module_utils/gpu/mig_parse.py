@@ -16,8 +16,8 @@ Pure stdlib (python >= 3.9), no Ansible imports, no host access.
     mig_mode_status(current, pending)   enabled / disabled / enable_pending / disable_pending / not_supported
 
 MIG devices in `nvidia-smi -L` and MIG mode (current and pending, -q / -q -x / CSV) are parsed by
-nvsmi_parse (parse_list, parse_q, parse_xml): the GPU facts carry `mig_devices`, `mig_mode` and
-`mig_mode_pending`.
+nvsmi_list.parse_list, nvsmi_q.parse_q and nvsmi_xml.parse_xml: the GPU facts carry `mig_devices`,
+`mig_mode` and `mig_mode_pending`.
 
 What the real outputs show (tests/fixtures/mig/README.md names them):
 - Every listing is a frame of `|`-delimited rows whose column widths change with the driver (the
@@ -34,7 +34,7 @@ What the real outputs show (tests/fixtures/mig/README.md names them):
 """
 import re
 
-from ansible.module_utils.gpu.nvsmi_parse import ParseError, TruncatedInput, clean_text
+from ansible.module_utils.gpu.nvsmi_common import ParseError, TruncatedInput, clean_text
 
 __all__ = (
     "ParseError", "TruncatedInput", "detect_mig_form", "parse_lgip", "parse_lgipp", "parse_lgi",

@@ -16,7 +16,7 @@ import shlex
 from ansible.module_utils.host.runner import TIMEOUT_RC  # noqa: F401  # pylint: disable=unused-import
 from ansible.module_utils.layers.registry import (
     DEFAULT_REQUIRED_LAYERS, STACK_LAYERS as LAYERS, TOOLKIT_PACKAGES, titles as layer_titles)
-from ansible.module_utils.gpu.nvsmi_parse import clean_text
+from ansible.module_utils.gpu.nvsmi_common import clean_text
 
 STATUSES = ("ok", "warn", "fail", "skipped")
 DEFAULT_CHECK_IMAGE = "nvcr.io/nvidia/cuda:12.9.1-base-ubuntu24.04"

@@ -8,7 +8,8 @@ import json
 
 from ansible.module_utils.diagnosis import error_catalogue as catalogue
 from ansible.module_utils.containers import gpus_path as gpus_path_mod
-from ansible.module_utils.gpu.nvsmi_parse import ParseError, parse_list
+from ansible.module_utils.gpu.nvsmi_common import ParseError
+from ansible.module_utils.gpu.nvsmi_list import parse_list
 from ansible.module_utils.layers.base import (
     DEFAULT_CDI_SPEC, DEFAULT_CHECK_IMAGE, DEFAULT_CUDA_PROBE_COMMAND, ENGINE_WORDS, REMEDY_INSTALL_TOOLKIT,
     TIMEOUT_RC, _cmd, _lines, _out, evidence, guarded, result)

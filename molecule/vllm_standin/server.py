@@ -56,7 +56,10 @@ if os.path.exists(os.path.join(HERE, "module_utils_path.py")):
     from module_utils_path import install  # noqa: E402
     install(os.path.join(HERE, "module_utils"))
 
-from ansible.module_utils.gpu import nvsmi_parse  # noqa: E402
+from ansible.module_utils.gpu.nvsmi_common import ParseError  # noqa: E402
+from ansible.module_utils.gpu.nvsmi_csv import parse_query_gpu_csv  # noqa: E402
+from ansible.module_utils.gpu.nvsmi_parse import merge_mig_listing  # noqa: E402
+from ansible.module_utils.gpu.nvsmi_q import parse_q  # noqa: E402
 from ansible.module_utils.serving import vllm_model, vllm_overheads, vllm_plan  # noqa: E402
 from ansible.module_utils.serving.safetensors_header import (  # noqa: E402
     checkpoint_weight_bytes, read_header, tensor_bytes)
@@ -102,8 +105,8 @@ class Host(object):
         if text is None:
             return None
         try:
-            rows = nvsmi_parse.parse_query_gpu_csv(text)["gpus"]
-        except nvsmi_parse.ParseError:
+            rows = parse_query_gpu_csv(text)["gpus"]
+        except ParseError:
             return None
         if any(row.get("mig_mode") for row in rows):
             return self._mig_view(rows) or None
@@ -118,8 +121,8 @@ class Host(object):
             return []
         try:
             # -q has each MIG device's memory, -L its profile and UUID; CUDA sees the devices -L lists
-            queried = nvsmi_parse.merge_mig_listing(nvsmi_parse.parse_q(details), listing)
-        except nvsmi_parse.ParseError:
+            queried = merge_mig_listing(parse_q(details), listing)
+        except ParseError:
             return []
         by_index = dict((g["index"], g) for g in queried["gpus"])
         devices = []

@@ -10,7 +10,7 @@ import pytest
 
 from diagnosis import error_catalogue as catalogue
 from diagnosis import explain as ex
-from gpu import nvsmi_parse
+from gpu.nvsmi_error import classify_error
 from layers import stack_check
 from serving import vllm_log
 from layers.registry import CATALOGUE_ORDER
@@ -214,7 +214,7 @@ def test_readers_share_the_table():
     assert stack_check.classify_container({"rc": 125, "stdout": "", "stderr": _fixture(
         "errors/006_docker26-rootless-device-cdi_could-not-select-device-driver-cdi.txt").decode()})[0] == \
         "no_gpu_driver"
-    assert nvsmi_parse.classify_error(_fixture("nvidia_smi/029_error_nvml-version-mismatch_570.124.txt"))[0] == \
+    assert classify_error(_fixture("nvidia_smi/029_error_nvml-version-mismatch_570.124.txt"))[0] == \
         "version_mismatch"
     assert [name for name, _ in vllm_log.FAILURE_ENTRIES] == [
         "shm_exhausted", "free_memory_below_utilization", "kv_cache_insufficient", "cuda_oom", "gated_model",
@@ -343,7 +343,7 @@ def test_each_phrasing_of_a_row_alone(name, number, layer, kind):
 def test_nvidia_settings_driver_not_loaded_is_the_smi_state():
     line = _fixture("errors/003_journal_modprobe-nvidia-key-rejected-by-service_secure-boot.txt").decode().split(
         "\n")[4]
-    assert nvsmi_parse.classify_error(line)[0] == "driver_not_loaded"
+    assert classify_error(line)[0] == "driver_not_loaded"
 
 
 # --- the Fabric blocks of a pasted -q: the verdict `gpuhost fabric` gives -------------------------------------

@@ -7,7 +7,7 @@ import pytest
 
 from gpu import gpu_topology as gt
 from conftest import read_fixture
-from gpu.nvsmi_parse import ParseError, TruncatedInput
+from gpu.nvsmi_common import ParseError, TruncatedInput
 
 
 H200 = read_fixture("nvidia_smi", "062_")

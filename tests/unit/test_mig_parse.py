@@ -235,7 +235,7 @@ def test_detect_mig_form():
     assert m.detect_mig_form("GPU 0: NVIDIA H100 (UUID: GPU-1)\n") is None
 
 
-# --- nvidia-smi -L (nvsmi_parse.parse_list) ----------------------------------------------------
+# --- nvidia-smi -L (nvsmi_list.parse_list) -----------------------------------------------------
 
 def _migs(name):
     facts = n.facts_from_output(load(name))

@@ -11,6 +11,7 @@ import pytest
 from gpu import gpu_facts as gf
 from gpu import host_parse
 from gpu import nvsmi_parse
+from gpu.nvsmi_csv import COMPUTE_APPS_FIELDS, GPU_QUERY_FIELDS
 from host.runner import HostIO
 from conftest import FIXTURES, MODULE_RUNNER, ROOT
 
@@ -223,9 +224,9 @@ ROW = ("0, NVIDIA L4, GPU-aa, 00000000:00:03.0, 0x27B810DE, 550.90.07, Disabled,
 def test_build_facts_csv_fallback():
     facts = gf.build_facts(captures([
         attempt("xml", 2, "", "Unknown option -x"),
-        attempt("csv_gpu", 0, ROW + "\n", fields=nvsmi_parse.GPU_QUERY_FIELDS),
+        attempt("csv_gpu", 0, ROW + "\n", fields=GPU_QUERY_FIELDS),
         attempt("csv_apps", 0, "GPU-aa, 00000000:00:03.0, 8, /usr/bin/python3, 20000\n",
-                fields=nvsmi_parse.COMPUTE_APPS_FIELDS),
+                fields=COMPUTE_APPS_FIELDS),
     ], proc="proc-driver-nvidia-version_open_550.54.15.txt"), pid_exists=lambda pid: True)
     assert facts["state"] == "ok" and facts["nvidia_smi_form"] == "csv_query_gpu"
     gpu = facts["gpus"][0]

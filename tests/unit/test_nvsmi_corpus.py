@@ -9,6 +9,7 @@ import os
 import pytest
 
 from gpu import nvsmi_parse as n
+from gpu.nvsmi_common import ParseError, UnsupportedForm
 from conftest import CORPUS, FIXTURES
 
 SMI_FIXTURES = os.path.join(FIXTURES, "nvidia_smi")
@@ -242,7 +243,7 @@ EXPECTED = {
         processes=[]),
     # refused as a capture; read with partial=True (test_partial_readings)
     "054_q-grep_clocks-throttle-reasons_old-naming_2018.txt": dict(
-        refused=n.UnsupportedForm, reason="excerpt"),
+        refused=UnsupportedForm, reason="excerpt"),
     # Full -q of HGX / SXM boards: the Fabric section is read past (fabric facts are other work).
     "055_q_565.57.01_8xH100-SXM_fabric-completed-cliqueid0.txt": dict(
         form="q", driver="565.57.01", cuda="12.7", attached=8, gpu_count=8,
@@ -280,11 +281,11 @@ EXPECTED = {
                    power_limit_w=700.0, temperature_c=41, clocks_event_reasons_active=["gpu_idle"])],
         processes=[]),
     "058_topo-m_590.48.01_H100-SXM-1gpu-vm_ansi-underline-header.txt": dict(
-        refused=n.UnsupportedForm, reason="topo"),
+        refused=UnsupportedForm, reason="topo"),
     "059_q-grep-fabric_570.133.20_8xH100-SXM_p5-rhel9_in-progress.txt": dict(
-        refused=n.UnsupportedForm, reason="excerpt"),
+        refused=UnsupportedForm, reason="excerpt"),
     "060_q-grep-fabric_570.133.20_8xH100-SXM_p5-rhel9_completed.txt": dict(
-        refused=n.UnsupportedForm, reason="excerpt"),
+        refused=UnsupportedForm, reason="excerpt"),
     # the table shows nothing of the fabric: 8 healthy-looking idle GPUs
     "061_table_570.133.20_8xH100-SXM_p5-rhel9_fabric-in-progress-looks-healthy.txt": dict(
         form="table", driver="570.133.20", cuda="12.8", gpu_count=8,
@@ -294,21 +295,21 @@ EXPECTED = {
         last_gpu=dict(index=7, name=H100, mem=(0, 81559), persistence=False, pci_bus_id="00000000:CA:00.0",
                       mig_mode=False, temperature_c=26, power_draw_w=70.0),
         processes=[]),
-    "062_topo-m_8xH200_NV18_10xNIC-mlx5.txt": dict(refused=n.UnsupportedForm, reason="topo"),
-    "063_topo-m_8xRTX4090_pcie-only_all-SYS_legend-cut.txt": dict(refused=n.UnsupportedForm, reason="topo"),
-    "064_topo-m_2xRTX5090_pcie-PHB.txt": dict(refused=n.UnsupportedForm, reason="topo"),
-    "065_topo-p2p-rw_2xRTX5090_GNS-gpu-not-supported.txt": dict(refused=n.UnsupportedForm, reason="topo"),
+    "062_topo-m_8xH200_NV18_10xNIC-mlx5.txt": dict(refused=UnsupportedForm, reason="topo"),
+    "063_topo-m_8xRTX4090_pcie-only_all-SYS_legend-cut.txt": dict(refused=UnsupportedForm, reason="topo"),
+    "064_topo-m_2xRTX5090_pcie-PHB.txt": dict(refused=UnsupportedForm, reason="topo"),
+    "065_topo-p2p-rw_2xRTX5090_GNS-gpu-not-supported.txt": dict(refused=UnsupportedForm, reason="topo"),
     "066_q-grep-fabric_completed-success_health-unhealthy_cliqueid2.txt": dict(
-        refused=n.UnsupportedForm, reason="excerpt"),
+        refused=UnsupportedForm, reason="excerpt"),
     "067_q-fabric_completed-insufficient-resources_cliqueid0_dedented.txt": dict(
-        refused=n.UnsupportedForm, reason="excerpt"),
+        refused=UnsupportedForm, reason="excerpt"),
     "068_L_535.216.01_A100-SXM4-80GB_MIG-7x1g.10gb.txt": dict(
         form="list", gpus=[dict(index=0, name="NVIDIA A100-SXM4-80GB", mig_mode=True,
                                 uuid="GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16",
                                 mig_profiles=["1g.10gb"] * 7)],
         processes=[]),
-    "069_mig-lgip_A30-profiles_all-allocated-0-free.txt": dict(refused=n.UnsupportedForm, reason="mig instance listing"),
-    "070_mig-lgi_A30_4x1g.6gb.txt": dict(refused=n.UnsupportedForm, reason="mig instance listing"),
+    "069_mig-lgip_A30-profiles_all-allocated-0-free.txt": dict(refused=UnsupportedForm, reason="mig instance listing"),
+    "070_mig-lgi_A30_4x1g.6gb.txt": dict(refused=UnsupportedForm, reason="mig instance listing"),
 }
 
 
@@ -446,7 +447,7 @@ def test_partial_readings(name):
     with open(os.path.join(FIXTURES, name), "rb") as handle:
         data = handle.read()
     if want.get("partial", True):
-        with pytest.raises(n.ParseError):
+        with pytest.raises(ParseError):
             n.facts_from_output(data)
     facts = n.facts_from_output(data, partial=True)
     assert (facts["form"], facts["state"], facts["partial"]) == (want["form"], "ok", want.get("partial", True))

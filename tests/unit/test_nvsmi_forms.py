@@ -4,6 +4,8 @@ import os
 import pytest
 
 from gpu import nvsmi_parse as n
+from gpu.nvsmi_common import ParseError, TruncatedInput, UnsupportedForm, _mib, pci_address, pci_ids
+from gpu.nvsmi_csv import COMPUTE_APPS_FIELDS, GPU_QUERY_FIELDS, parse_compute_apps_csv, parse_query_gpu_csv
 from conftest import FIXTURES
 
 SMI = os.path.join(FIXTURES, "nvidia_smi")
@@ -31,9 +33,9 @@ def test_detect_form(prefix, form):
 
 def test_detect_nothing_in_unrelated_text():
     assert n.detect_form("hello world\nthis is not nvidia-smi\n") is None
-    with pytest.raises(n.ParseError):
+    with pytest.raises(ParseError):
         n.facts_from_output("hello world\n")
-    with pytest.raises(n.ParseError):
+    with pytest.raises(ParseError):
         n.facts_from_output("")
 
 
@@ -130,8 +132,8 @@ def test_units_and_nounits_agree():
 
 
 def test_merge_processes_joins_by_bus_id():
-    gpus = n.normalise(n.parse_query_gpu_csv(MODULE_ROW + "\n", n.GPU_QUERY_FIELDS))
-    apps = n.parse_compute_apps_csv("GPU-other, 00000000:00:09.0, 7, vllm, 900\n", n.COMPUTE_APPS_FIELDS)
+    gpus = n.normalise(parse_query_gpu_csv(MODULE_ROW + "\n", GPU_QUERY_FIELDS))
+    apps = parse_compute_apps_csv("GPU-other, 00000000:00:09.0, 7, vllm, 900\n", COMPUTE_APPS_FIELDS)
     merged = n.merge_processes(gpus, apps)
     assert merged["processes"][0]["gpu_index"] == 0
 
@@ -148,13 +150,13 @@ def test_merge_processes_joins_by_bus_id():
 ])
 def test_cut_in_half_is_truncated(name):
     text = load(name)
-    with pytest.raises(n.TruncatedInput):
+    with pytest.raises(TruncatedInput):
         n.facts_from_output(text[:len(text) // 2])
 
 
 def test_csv_with_a_short_last_row_is_truncated():
     text = load("053_query-gpu_RTX2070_repeated-header-samples.csv").rstrip("\n")
-    with pytest.raises(n.TruncatedInput):
+    with pytest.raises(TruncatedInput):
         n.facts_from_output(text[:-30])
 
 
@@ -196,20 +198,20 @@ def test_mismatch_userspace_version_comes_from_the_nvml_line():
     ("[N/A]", None), ("N/A", None), ("Not available in WDDM driver model", None), ("12 bananas", None),
 ])
 def test_mib(raw, mib):
-    assert n._mib(raw) == mib
+    assert _mib(raw) == mib
 
 
 def test_pci_helpers():
-    assert n.pci_ids("0x233010DE") == ("0x2330", "0x10de")
-    assert n.pci_ids("2BB410DE") == ("0x2bb4", "0x10de")
-    assert n.pci_ids("000000DE") == (None, None)
-    assert n.pci_address("00000000:AB:00.0") == "0000:ab:00.0"
-    assert n.pci_address("0000:00:03.0") == "0000:00:03.0"
-    assert n.pci_address("garbage") is None
+    assert pci_ids("0x233010DE") == ("0x2330", "0x10de")
+    assert pci_ids("2BB410DE") == ("0x2bb4", "0x10de")
+    assert pci_ids("000000DE") == (None, None)
+    assert pci_address("00000000:AB:00.0") == "0000:ab:00.0"
+    assert pci_address("0000:00:03.0") == "0000:00:03.0"
+    assert pci_address("garbage") is None
 
 
 def test_headerless_csv_with_unknown_columns_is_refused_with_a_reason():
-    with pytest.raises(n.UnsupportedForm) as info:
+    with pytest.raises(UnsupportedForm) as info:
         n.facts_from_output("4242, vllm, 1234\n4243, python3, 10\n")
     assert "without a header" in str(info.value)
 

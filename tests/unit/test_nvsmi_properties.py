@@ -5,6 +5,14 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from gpu import host_parse
 from gpu import nvsmi_parse as n
+from gpu.nvsmi_common import ParseError
+from gpu.nvsmi_csv import parse_compute_apps_csv, parse_query_gpu_csv
+from gpu.nvsmi_dmon import parse_dmon, parse_pmon
+from gpu.nvsmi_error import parse_error
+from gpu.nvsmi_list import parse_list, parse_version
+from gpu.nvsmi_q import parse_q
+from gpu.nvsmi_table import parse_table
+from gpu.nvsmi_xml import parse_xml
 from conftest import FIXTURES
 from gpuhost_cli import smi as smi_cli
 
@@ -31,10 +39,10 @@ def _partial(parse):
     return read
 
 
-SMI_PARSERS = (n.facts_from_output, n.parse_xml, n.parse_q, n.parse_table, n.parse_query_gpu_csv,
-               n.parse_compute_apps_csv, n.parse_list, n.parse_version, n.parse_error, n.parse_dmon, n.parse_pmon) + \
-    tuple(_partial(p) for p in (n.facts_from_output, n.parse_xml, n.parse_q, n.parse_table, n.parse_query_gpu_csv,
-                                n.parse_compute_apps_csv)) + \
+SMI_PARSERS = (n.facts_from_output, parse_xml, parse_q, parse_table, parse_query_gpu_csv,
+               parse_compute_apps_csv, parse_list, parse_version, parse_error, parse_dmon, parse_pmon) + \
+    tuple(_partial(p) for p in (n.facts_from_output, parse_xml, parse_q, parse_table, parse_query_gpu_csv,
+                                parse_compute_apps_csv)) + \
     (smi_cli.answer,)  # `gpuhost smi`'s one door: every reader it tries, and its refusal
 HOST_PARSERS = (host_parse.parse_proc_version, host_parse.parse_lspci,
                 host_parse.parse_ubuntu_drivers_devices)
@@ -63,14 +71,14 @@ SMI_WORDS = st.sampled_from([
 @SETTINGS
 @given(st.text(max_size=400))
 def test_random_text(text):
-    _only_declared_errors(SMI_PARSERS, n.ParseError, text)
+    _only_declared_errors(SMI_PARSERS, ParseError, text)
     _only_declared_errors(HOST_PARSERS, host_parse.HostParseError, text)
 
 
 @SETTINGS
 @given(st.lists(st.one_of(SMI_WORDS, st.text(SMI_ALPHABET, max_size=12)), max_size=80).map("".join))
 def test_nvidia_smi_shaped_text(text):
-    _only_declared_errors(SMI_PARSERS, n.ParseError, text)
+    _only_declared_errors(SMI_PARSERS, ParseError, text)
 
 
 XML_TAGS = st.sampled_from(["nvidia_smi_log", "gpu", "fb_memory_usage", "total", "used", "pci",
@@ -92,7 +100,7 @@ def xmlish(draw, depth=0):
 @given(xmlish(), st.booleans())
 def test_random_xmlish(doc, declaration):
     text = ('<?xml version="1.0" ?>\n' if declaration else "") + doc
-    _only_declared_errors(SMI_PARSERS, n.ParseError, text)
+    _only_declared_errors(SMI_PARSERS, ParseError, text)
 
 
 @SETTINGS
@@ -100,8 +108,8 @@ def test_random_xmlish(doc, declaration):
 def test_truncated_and_sliced_real_files(which, start, end):
     text = SMI_TEXTS[which]
     lo, hi = sorted((int(start * len(text)), int(end * len(text))))
-    _only_declared_errors(SMI_PARSERS, n.ParseError, text[:hi])
-    _only_declared_errors(SMI_PARSERS, n.ParseError, text[lo:hi])
+    _only_declared_errors(SMI_PARSERS, ParseError, text[:hi])
+    _only_declared_errors(SMI_PARSERS, ParseError, text[lo:hi])
 
 
 @SETTINGS
@@ -118,9 +126,9 @@ def test_real_files_with_a_corrupted_character(which, position, replacement):
     if not text:
         return
     at = position % len(text)
-    _only_declared_errors(SMI_PARSERS, n.ParseError, text[:at] + replacement + text[at + 1:])
+    _only_declared_errors(SMI_PARSERS, ParseError, text[:at] + replacement + text[at + 1:])
 
 
 def test_deep_indentation_does_not_overflow():
     text = "\n".join(" " * i + "Key%d" % i for i in range(1500))  # deeper than the recursion limit
-    _only_declared_errors(SMI_PARSERS, n.ParseError, text)
+    _only_declared_errors(SMI_PARSERS, ParseError, text)

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from layers import stack_check as sc
-from gpu import nvsmi_parse
+from gpu.nvsmi_list import parse_list
 from conftest import FIXTURES, ROOT
 
 SMI = os.path.join(FIXTURES, "nvidia_smi")
@@ -109,7 +109,7 @@ A100_L = load(MIGFX, "L_530.30.02_A100-80GB-PCIe_2x3g.40gb.txt")
 
 
 def _host_facts():
-    parsed = nvsmi_parse.parse_list(A100_L)
+    parsed = parse_list(A100_L)
     return {"state": "ok", "gpus": parsed["gpus"]}
 
 
@@ -187,7 +187,7 @@ INSPECT = load(os.path.join(FIXTURES, "gpus_path"), "docker-inspect_20.10.24+dfs
 
 def _two_gpus(mig_on):
     """Two H100 of capture 028's -L (GPU 0, its UUID) and a second GPU; MIG on where mig_on says."""
-    first = nvsmi_parse.parse_list(load(SMI, "028_L_590.48.01_H100-MIG.txt"))["gpus"][0]
+    first = parse_list(load(SMI, "028_L_590.48.01_H100-MIG.txt"))["gpus"][0]
     second = dict(first, index=1, uuid="GPU-11111111-1111-1111-1111-111111111111", mig_devices=[])
     return {"state": "ok", "gpus": [dict(first, mig_mode=0 in mig_on), dict(second, mig_mode=1 in mig_on)]}
 

@@ -1,7 +1,7 @@
 """MIG in the simulator (gpusim/mig.py, smi.py, hook.py, cdi.py), checked against real captures: the outputs
 of the simulated `nvidia-smi` are compared with tests/fixtures/mig/ and the corpus (nvidia_smi/002, 003, 028,
 068), or with texts quoted verbatim in docs/research/mig.md, and parsed with the product's parsers
-(module_utils/gpu/mig_parse.py, nvsmi_parse.py)."""
+(module_utils/gpu/mig_parse.py, nvsmi_list.py, nvsmi_q.py, nvsmi_table.py, nvsmi_xml.py)."""
 import json
 import os
 import re
@@ -11,7 +11,7 @@ import pytest
 
 from simhelpers import ROOT, corpus, edit, make_state, run_smi, st
 
-from gpu import mig_parse, nvsmi_parse  # noqa: E402  (the product's parsers: tests/conftest.py serves module_utils)
+from gpu import mig_parse, nvsmi_list, nvsmi_q, nvsmi_table, nvsmi_xml  # noqa: E402  (tests/conftest.py serves module_utils)
 
 from gpusim import boot as bootmod  # noqa: E402
 from gpusim import cdi as cdimod  # noqa: E402
@@ -138,7 +138,7 @@ def test_seven_1g_on_h100_as_the_real_session(tmp_path):
     assert run_smi(p, "mig", "-i", "0", "-cgi", "19,19,19,19,19,19,19", "-C") == (H100_CGI_7x19_C, 0)
     assert run_smi(p, "mig", "-i", "0", "-lgi")[0] == fixture("lgi_H100-80GB-HBM3_7x1g.10gb.txt")
     assert run_smi(p, "mig", "-i", "0", "-lci")[0] == fixture("lci_H100-80GB-HBM3_7x1g.10gb.txt")
-    listed = nvsmi_parse.parse_list(run_smi(p, "-L")[0])["gpus"][0]
+    listed = nvsmi_list.parse_list(run_smi(p, "-L")[0])["gpus"][0]
     assert [d["profile"] for d in listed["mig_devices"]] == ["1g.10gb"] * 7
     # every free count is now 0 for the 1g.10gb profile, as a full GPU
     free = {r["profile_id"]: r["instances_free"] for r in mig_parse.parse_lgip(run_smi(p, "mig", "-lgip")[0])}
@@ -159,8 +159,8 @@ def test_guide_insufficient_resources_order(tmp_path):
 def test_layout_of_002_gives_002s_ids_and_table(tmp_path):
     p = host(tmp_path, "h100")
     run_smi(p, "mig", "-cgi", "9,14,19,19", "-C")
-    sim = nvsmi_parse.parse_table(run_smi(p)[0])["gpus"][0]
-    real = nvsmi_parse.parse_table(corpus("002_"))["gpus"][0]
+    sim = nvsmi_table.parse_table(run_smi(p)[0])["gpus"][0]
+    real = nvsmi_table.parse_table(corpus("002_"))["gpus"][0]
     key = lambda d: (d["index"], d["gpu_instance_id"], d["compute_instance_id"], d["multiprocessor_count"],  # noqa
                      d["memory_total_mib"])
     assert [key(d) for d in sim["mig_devices"]] == [key(d) for d in real["mig_devices"]]
@@ -180,9 +180,9 @@ def test_layout_of_002_gives_002s_ids_and_table(tmp_path):
 def test_q_and_xml_mig_devices_parse_as_the_table(tmp_path):
     p = host(tmp_path, "h100")
     run_smi(p, "mig", "-cgi", "3g.40gb,2g.20gb,1g.10gb,1g.10gb", "-C")   # 002 / 003's layout
-    table = nvsmi_parse.parse_table(run_smi(p)[0])["gpus"][0]["mig_devices"]
-    q = nvsmi_parse.parse_q(run_smi(p, "-q")[0])["gpus"][0]
-    x = nvsmi_parse.parse_xml(run_smi(p, "-q", "-x")[0])["gpus"][0]
+    table = nvsmi_table.parse_table(run_smi(p)[0])["gpus"][0]["mig_devices"]
+    q = nvsmi_q.parse_q(run_smi(p, "-q")[0])["gpus"][0]
+    x = nvsmi_xml.parse_xml(run_smi(p, "-q", "-x")[0])["gpus"][0]
     for facts in (q, x):
         assert facts["mig_mode"] is True and facts["mig_mode_pending"] is True
         assert [(d["gpu_instance_id"], d["memory_total_mib"], d["multiprocessor_count"])
@@ -234,7 +234,7 @@ def test_mig_enable_with_a_process_is_pending_as_the_guide(tmp_path):
              "monitoring application such as another instance of nvidia-smi). Please first kill all processes using "
              "the device and retry the command or reboot the system to make MIG mode effective.\nAll done.\n")
     assert (out, rc) == (guide.replace("00000000:07:00.0", bus), 0)
-    x = nvsmi_parse.parse_xml(run_smi(p, "-q", "-x")[0])["gpus"][0]
+    x = nvsmi_xml.parse_xml(run_smi(p, "-q", "-x")[0])["gpus"][0]
     assert (x["mig_mode"], x["mig_mode_pending"]) == (False, True)
 
 
@@ -246,7 +246,7 @@ def test_ampere_keeps_mode_across_boot_hopper_does_not_and_no_instances_survive(
     s = bootmod.apply_state and st.load(str(p))
     bootmod.apply_state(s)
     st.save(s, str(p))
-    q = nvsmi_parse.parse_q(run_smi(p, "-q")[0])["gpus"]
+    q = nvsmi_q.parse_q(run_smi(p, "-q")[0])["gpus"]
     assert [g["mig_mode"] for g in q] == [True, False]
     assert run_smi(p, "mig", "-lgi")[0] == "No GPU instances found: Not Found\n"
 
@@ -256,13 +256,13 @@ def test_ampere_pending_until_reset_or_boot(tmp_path):
     edit(p, lambda s: s["gpus"][0].update(persistence_mode=True))   # gpu-operator#118: persistenced holds it
     out, _rc = run_smi(p, "-mig", "1")
     assert "pending enable state" in out
-    assert nvsmi_parse.parse_q(run_smi(p, "-q")[0])["gpus"][0]["mig_mode"] is False
+    assert nvsmi_q.parse_q(run_smi(p, "-q")[0])["gpus"][0]["mig_mode"] is False
     out, rc = run_smi(p, "--gpu-reset")
     assert rc == 255 and "is currently in use by another process." in out
     edit(p, lambda s: s["gpus"][0].update(persistence_mode=False))
     bus = st.load(str(p))["gpus"][0]["pci_bus_id"]
     assert run_smi(p, "--gpu-reset") == ("GPU %s was successfully reset.\n" % bus, 0)
-    assert nvsmi_parse.parse_q(run_smi(p, "-q")[0])["gpus"][0]["mig_mode"] is True
+    assert nvsmi_q.parse_q(run_smi(p, "-q")[0])["gpus"][0]["mig_mode"] is True
 
 
 def test_process_on_a_mig_device_shows_gi_ci_as_002(tmp_path):
@@ -287,21 +287,21 @@ def _two_slices(tmp_path):
 @pytest.mark.parametrize("pick", ["uuid", "index"])
 def test_hook_hands_one_mig_device(tmp_path, pick):
     p, s = _two_slices(tmp_path)
-    host_list = nvsmi_parse.parse_list(run_smi(p, "-L")[0])["gpus"][0]["mig_devices"]
+    host_list = nvsmi_list.parse_list(run_smi(p, "-L")[0])["gpus"][0]["mig_devices"]
     want = host_list[1]["uuid"]
     dev = want if pick == "uuid" else "0:1"
     gpus, migs = hookmod.select_devices(s, [dev])
     copy_ = tmp_path / "c.json"
     with open(copy_, "w") as fh:
         json.dump(hookmod.container_state(s, gpus, migs), fh)
-    inside = nvsmi_parse.parse_list(run_smi(copy_, "-L")[0])["gpus"]
+    inside = nvsmi_list.parse_list(run_smi(copy_, "-L")[0])["gpus"]
     assert len(inside) == 1 and [d["uuid"] for d in inside[0]["mig_devices"]] == [want]
     assert inside[0]["mig_devices"][0]["index"] == 0
     # the GPU given whole: no MIG device reachable
     gpus, migs = hookmod.select_devices(s, ["0"])
     with open(copy_, "w") as fh:
         json.dump(hookmod.container_state(s, gpus, migs), fh)
-    assert nvsmi_parse.parse_list(run_smi(copy_, "-L")[0])["gpus"][0]["mig_devices"] == []
+    assert nvsmi_list.parse_list(run_smi(copy_, "-L")[0])["gpus"][0]["mig_devices"] == []
 
 
 def test_hook_unknown_mig_device(tmp_path):
@@ -314,7 +314,7 @@ def test_cdi_spec_names_mig_devices_as_the_toolkit(tmp_path):
     p, s = _two_slices(tmp_path)
     spec = cdimod.build_spec(s, "1.18.0", driver_root=str(tmp_path), dev_root=str(tmp_path))
     names = [d["name"] for d in spec["devices"]]
-    uuids = [d["uuid"] for d in nvsmi_parse.parse_list(run_smi(p, "-L")[0])["gpus"][0]["mig_devices"]]
+    uuids = [d["uuid"] for d in nvsmi_list.parse_list(run_smi(p, "-L")[0])["gpus"][0]["mig_devices"]]
     assert names == ["0", s["gpus"][0]["uuid"], "0:0", uuids[0], "0:1", uuids[1], "all"]
     nodes = [n["path"] for n in spec["devices"][2]["containerEdits"]["deviceNodes"]]
     assert nodes[0] == "/dev/nvidia0" and all(n.startswith("/dev/nvidia-caps/nvidia-cap") for n in nodes[1:])
@@ -329,7 +329,7 @@ def test_cdi_container_sees_only_the_mig_device_whose_cap_nodes_it_got(tmp_path,
     for node in want["containerEdits"]["deviceNodes"][1:]:   # what CDI puts in the container
         (caps / os.path.basename(node["path"])).write_text("")
     monkeypatch.setenv("GPUSIM_CAPS_DIR", str(caps))
-    listed = nvsmi_parse.parse_list(run_smi(p, "-L")[0])["gpus"][0]["mig_devices"]
+    listed = nvsmi_list.parse_list(run_smi(p, "-L")[0])["gpus"][0]["mig_devices"]
     assert [(d["index"], d["uuid"]) for d in listed] == [
         (0, [d for d in spec["devices"] if d["containerEdits"] == want["containerEdits"]][1]["name"])]
 

@@ -1,4 +1,4 @@
-"""The simulator's outputs fed through the product's parsers (module_utils/gpu/nvsmi_parse.py): the facts
+"""The simulator's outputs fed through the product's parsers (module_utils/gpu/nvsmi_*.py): the facts
 the product would derive from the simulated host must be the state's facts."""
 
 import pytest
@@ -6,6 +6,7 @@ import pytest
 from simhelpers import make_state, run_smi, st
 
 from gpu import nvsmi_parse  # (the product's parser: tests/conftest.py serves module_utils)
+from gpu.nvsmi_csv import COMPUTE_APPS_FIELDS, GPU_QUERY_FIELDS_EXTENDED, parse_query_gpu_csv
 
 NAMES = ["NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA H100 80GB HBM3"]
 
@@ -35,9 +36,9 @@ def test_full_forms(host, argv, form):
 
 
 def test_query_gpu_csv(host):
-    fields = nvsmi_parse.GPU_QUERY_FIELDS_EXTENDED
+    fields = GPU_QUERY_FIELDS_EXTENDED
     out, rc = run_smi(host, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits")
-    r = nvsmi_parse.parse_query_gpu_csv(out, fields=list(fields))
+    r = parse_query_gpu_csv(out, fields=list(fields))
     assert [g["name"] for g in r["gpus"]] == NAMES
     assert [g["memory_total_mib"] for g in r["gpus"]] == [97887, 81559]
     assert [g["persistence_mode"] for g in r["gpus"]] == [False, True]
@@ -47,7 +48,7 @@ def test_query_gpu_csv(host):
 
 
 def test_compute_apps_csv(host):
-    fields = nvsmi_parse.COMPUTE_APPS_FIELDS
+    fields = COMPUTE_APPS_FIELDS
     out, _ = run_smi(host, "--query-compute-apps=" + ",".join(fields), "--format=csv")
     r = nvsmi_parse.parse_output(out)
     assert r["form"] == "csv_compute_apps" and [(p["pid"], p["used_mib"]) for p in r["processes"]] == [(4242, 1024)]
