@@ -14,6 +14,7 @@ import yaml
 from containers import cuda_requirement as cr
 from gpu import nvsmi_parse
 from conftest import FIXTURES, ROOT, run_ansible_module
+from test_cuda_requirement import image_env  # the real images' Config.Env
 
 REQUIRE = os.path.join(FIXTURES, "cuda_require")
 CUDA_12_8 = "001_cuda-12.8.1_ubuntu2204_x86_64.txt"   # the vLLM image's base; no geforce/titan alternatives
@@ -26,17 +27,6 @@ TESLA_P100 = "023_qx_Tesla-P100.xml"
 GRID_P4 = "045_qx_513.46_GRID-P4-1Q_vGPU_13procs.xml"
 GTX1070TI = "044_qx_GTX1070Ti_dtd-v10_minimal.xml"
 RTX2080S_Q = "016_q_610.62_RTX2080S_windows_idle.txt"
-
-
-def require(name):
-    with open(os.path.join(REQUIRE, name), encoding="utf-8") as handle:
-        return handle.read().rstrip("\n")
-
-
-def image_env(name, cuda_version):
-    """Config.Env as the image has it: the Dockerfile's NVIDIA_REQUIRE_CUDA and CUDA_VERSION."""
-    return ["PATH=/usr/local/cuda/bin:/usr/bin", "NVIDIA_REQUIRE_CUDA=" + require(name),
-            "CUDA_VERSION=" + cuda_version, "NVIDIA_VISIBLE_DEVICES=all"]
 
 
 def facts(smi_name):
