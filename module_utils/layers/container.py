@@ -8,6 +8,7 @@ import json
 
 from ansible.module_utils.diagnosis import error_catalogue as catalogue
 from ansible.module_utils.containers import gpus_path as gpus_path_mod
+from ansible.module_utils.gpu.gpu_refs import gpu_named
 from ansible.module_utils.gpu.nvsmi_common import ParseError
 from ansible.module_utils.gpu.nvsmi_list import parse_list
 from ansible.module_utils.layers.base import (
@@ -251,7 +252,7 @@ def mig_decides(cuda_probe, hardware):
                 data=dict(cuda_probe["data"], mig_gpus=[g["index"] for g in mig]))
 
 
-def _requested_gpus(container, by_index, by_uuid):
+def _requested_gpus(container, gpus):
     """The GPU facts a container's `docker inspect` device requests give it whole: `--gpus all` (Count -1, or
     "all") every GPU, a GPU index or UUID that GPU; a MIG device (`GPU:device`, `MIG-<uuid>`) no GPU whole."""
     out = []
@@ -260,10 +261,10 @@ def _requested_gpus(container, by_index, by_uuid):
             continue
         ids = [str(i).strip() for i in req.get("DeviceIDs") or []]
         if req.get("Count") == -1 or "all" in ids:
-            out.extend(by_index.values())
+            out.extend(gpus)
             continue
         for ref in ids:
-            gpu = by_index.get(int(ref)) if ref.isdigit() else by_uuid.get(ref)
+            gpu = gpu_named(ref, gpus, whole=True)
             if gpu is not None:
                 out.append(gpu)
     return out
@@ -295,11 +296,9 @@ def mig_whole_decides(serving_check, execs, facts, inspected=None):
             containers = json.loads(inspected.get("stdout") or "[]")
         except ValueError:
             containers = []
-        by_index = dict((int(g["index"]), g) for g in gpus)
-        by_uuid = dict((g.get("uuid"), g) for g in gpus if g.get("uuid"))
         for container in containers if isinstance(containers, list) else []:
             name = (container.get("Name") or "").lstrip("/")
-            for gpu in _requested_gpus(container, by_index, by_uuid):
+            for gpu in _requested_gpus(container, gpus):
                 if gpu.get("uuid") in mig and (name, gpu.get("index")) not in whole:
                     whole.append((name, gpu.get("index")))
     if not whole:

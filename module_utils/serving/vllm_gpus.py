@@ -6,33 +6,15 @@
 
 Pure functions, stdlib only, Python >= 3.9 (shipped to hosts as module_utils).
 """
-import re
-
+from ansible.module_utils.gpu.gpu_refs import MIG_DEVICE_REF, gpu_named, is_mig_ref
 from ansible.module_utils.gpu.nvsmi_parse import merge_mig_listing
 from ansible.module_utils.serving.vllm_plan_inputs import PlanError
-
-
-_MIG_REF = re.compile(r"^(\d+):(\d+)$")
-
-
-def _gpu_named(ref, gpus):
-    """The GPU fact an instance's `gpus` entry names (index, GPU UUID, GPU:device, MIG UUID), None if not here."""
-    ref = str(ref).strip()
-    match = _MIG_REF.match(ref)
-    if ref.isdigit() or match:
-        index = int(match.group(1)) if match else int(ref)
-        return next((g for g in gpus or [] if int(g["index"]) == index), None)
-    if ref.startswith("MIG-"):
-        index = next((d.get("gpu_index", g["index"]) for g in gpus or [] for d in g.get("mig_devices") or []
-                      if d.get("uuid") == ref), None)
-        return None if index is None else _gpu_named(str(index), gpus)
-    return next((g for g in gpus or [] if g.get("uuid") == ref), None)
 
 
 def gpu_indexes(gpu_ids, gpus):
     """The GPU indexes an instance's `gpus` name, each once; an entry this host lacks adds none, so the caller
     compares the counts (the vllm role's validation, which lists what the host has)."""
-    return sorted(set(int(gpu["index"]) for gpu in (_gpu_named(ref, gpus) for ref in gpu_ids or []) if gpu))
+    return sorted(set(int(gpu["index"]) for gpu in (gpu_named(ref, gpus) for ref in gpu_ids or []) if gpu))
 
 
 def resolve_gpus(gpu_ids, gpus, listing=None):
@@ -53,13 +35,13 @@ def resolve_gpus(gpu_ids, gpus, listing=None):
     ids = [str(i).strip() for i in gpu_ids or []]
     if not ids:
         raise PlanError("gpus is empty: name GPU indexes, GPU UUIDs or one MIG device (GPU:device or MIG-<uuid>)")
-    migs = [i for i in ids if _MIG_REF.match(i) or i.startswith("MIG-")]
+    migs = [i for i in ids if is_mig_ref(i)]
     if migs and len(ids) > 1:
         raise PlanError("gpus %s: a MIG device is served alone (CUDA gives a process one MIG device; no tensor "
                         "parallelism across MIG devices)" % ", ".join(ids))
     if migs:
         ref = migs[0]
-        match = _MIG_REF.match(ref)
+        match = MIG_DEVICE_REF.match(ref)
         if match:
             key = (int(match.group(1)), int(match.group(2)))
         else:
@@ -87,7 +69,7 @@ def resolve_gpus(gpu_ids, gpus, listing=None):
             "cdi_device": "nvidia.com/gpu=%d:%d" % key}}
     indexes = []
     for ref in ids:
-        gpu = _gpu_named(ref, gpus)
+        gpu = gpu_named(ref, gpus)
         if gpu is None:
             raise PlanError("gpus %s: %s is not a GPU of this host (GPUs %s)"
                             % (", ".join(ids), ref, ", ".join(str(i) for i in sorted(by_index)) or "none"))
@@ -118,5 +100,5 @@ def _device_keys(inst):
 def _with_mig_devices(instances, gpus):
     """An instance whose gpu_ids name a MIG device (GPU:device) is planned against that device (resolve_gpus)."""
     return [dict(inst, mig_device=resolve_gpus(inst.get("gpu_ids"), gpus)["mig_device"])
-            if not inst.get("mig_device") and any(_MIG_REF.match(str(i)) for i in inst.get("gpu_ids") or [])
+            if not inst.get("mig_device") and any(MIG_DEVICE_REF.match(str(i)) for i in inst.get("gpu_ids") or [])
             else inst for inst in instances]

@@ -15,7 +15,8 @@ import os
 import re
 
 from ansible.module_utils.serving.vllm_args import command_line, names_flag
-from ansible.module_utils.serving.vllm_gpus import _gpu_named, gpu_indexes
+from ansible.module_utils.gpu.gpu_refs import gpu_named
+from ansible.module_utils.serving.vllm_gpus import gpu_indexes
 
 # What an instance does not give: these, then the role-wide settings (ipc_mode, shm_size).
 INSTANCE_DEFAULTS = (
@@ -133,13 +134,13 @@ def _gpu_errors(inst, gpus):
                 "MIG UUID (%s)" % _gpus_text(gpus)]
     if len(indexes) == len(_unique(ids)):
         return []
-    missing = [ref for ref in ids if _gpu_named(ref, gpus) is None]
+    missing = [ref for ref in ids if gpu_named(ref, gpus) is None]
     if missing:
         return ["gpus %s: %s %s not on this host (%s)" % (", ".join(ids), ", ".join(missing),
                                                           "is" if len(missing) == 1 else "are", _gpus_text(gpus))]
     named = {}
     for ref in _unique(ids):
-        named.setdefault(int(_gpu_named(ref, gpus)["index"]), []).append(ref)
+        named.setdefault(int(gpu_named(ref, gpus)["index"]), []).append(ref)
     twice = ["GPU %d (%s)" % (index, ", ".join(refs)) for index, refs in sorted(named.items()) if len(refs) > 1]
     return ["gpus %s name %s more than once: name each GPU once, and at most one MIG device (CUDA gives a process "
             "one MIG device)" % (", ".join(ids), "; ".join(twice))]

@@ -9,7 +9,7 @@ Pure functions, stdlib only, Python >= 3.9 (shipped to hosts as module_utils).
 """
 import math
 
-from ansible.module_utils.serving.vllm_gpus import _MIG_REF
+from ansible.module_utils.gpu.gpu_refs import MIG_DEVICE_REF
 from ansible.module_utils.serving.vllm_plan_inputs import PlanError, _utilization
 
 # What one vLLM process holds beyond its budget (CUDA context and allocations made before vLLM's
@@ -36,7 +36,7 @@ def check_instances(instances, gpu_memory_mib, held_mib=0, per_instance_mib=0):
         util = _utilization(inst.get("gpu_memory_utilization"), "instances[%d].gpu_memory_utilization" % i)
         name = str(inst.get("name") or "instance-%d" % i)
         index = inst.get("gpu_index", 0)
-        if not (isinstance(index, str) and _MIG_REF.match(index)):   # a MIG device "GPU:device" is its own device
+        if not (isinstance(index, str) and MIG_DEVICE_REF.match(index)):   # a MIG device "GPU:device" is its own device
             try:
                 index = int(index)
             except (TypeError, ValueError):
