@@ -23,8 +23,15 @@ description:
 version_added: "1.0.0"
 author: gpuhost maintainers (!UNKNOWN)
 options:
+  driver_plan:
+    description:
+      - The driver's prediction for this host (nvidia_driver's predict.yml registers its M(nvidia_driver_plan) result
+        as C(nvidia_driver_predicted_plan)): its C(disruption), nothing when the task skipped (no NVIDIA GPU), and
+        a plan that failed (a fresh host whose driver sources the run adds) counts as a disruption with its reason.
+      - Mutually exclusive with O(driver_disruption).
+    type: dict
   driver_disruption:
-    description: What the driver's run would do to the host, empty when nothing (nvidia_driver's predict.yml).
+    description: What the driver's run would do to the host as text, empty when nothing (instead of O(driver_plan)).
     type: str
     default: ""
   disruption_batch:
@@ -42,7 +49,7 @@ notes:
 EXAMPLES = r"""
 - name: Note whether this host's run disrupts it
   gpuhost_rollout:
-    driver_disruption: "{{ nvidia_driver_disruption }}"
+    driver_plan: "{{ nvidia_driver_predicted_plan }}"
     disruption_batch: "{{ gpuhost_rollout_settings.settings.disruption_batch }}"
   register: gpuhost_rollout
 
@@ -70,20 +77,23 @@ message:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.runs.atomic_file import read_text
-from ansible.module_utils.runs.rollout import host_plan, serving_instances
+from ansible.module_utils.runs.rollout import driver_disruption, host_plan, serving_instances
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            driver_plan=dict(type="dict"),
             driver_disruption=dict(type="str", default=""),
             disruption_batch=dict(type="raw", default=1),
             record_path=dict(type="path", default="/etc/ansible/facts.d/gpuhost.fact"),
         ),
+        mutually_exclusive=[("driver_plan", "driver_disruption")],
         supports_check_mode=True,
     )
     params = module.params
-    module.exit_json(changed=False, **host_plan(params["driver_disruption"], serving_instances(
+    disruption = driver_disruption(params["driver_plan"]) if params["driver_plan"] is not None else params["driver_disruption"]
+    module.exit_json(changed=False, **host_plan(disruption, serving_instances(
         read_text(params["record_path"])), params["disruption_batch"]))
 
 

@@ -67,6 +67,18 @@ def serving_instances(record_text):
     return [str(name) for name in instances or []]
 
 
+def driver_disruption(plan):
+    """What the driver's run would do to the host, from nvidia_driver's predict.yml (its nvidia_driver_plan result,
+    registered with failed_when false): '' when nothing or when the host has no NVIDIA GPU (the task skipped),
+    the plan's disruption, or, for a plan that cannot be made yet (a fresh host whose sources the run adds, an
+    operator's hold), that reason: the run will install a driver and reboot, so it counts as a disruption."""
+    if not plan or plan.get("skipped"):
+        return ""
+    if "disruption" in plan:
+        return _text(plan["disruption"])
+    return "no driver plan yet: " + _text(plan.get("msg", "unknown"))
+
+
 def host_plan(driver_disruption, serving, disruption_batch):
     """How one host goes through the rollout: {reasons, group (batched or parallel), message}.
 

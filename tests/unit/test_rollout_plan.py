@@ -45,7 +45,7 @@ def rollout_inputs():
 
 def _plan_tasks(tree):
     """The plan play's tasks from the rollout settings to the rollout group, without the lock, the fast path and
-    the driver's prediction (whose outcome each case gives as nvidia_driver_disruption)."""
+    the driver's prediction (whose outcome each case gives as nvidia_driver_predicted_plan)."""
     with open(os.path.join(tree, "playbooks", "tasks", "rollout-settings.yml"), encoding="utf-8") as handle:
         settings = role_harness.load_tasks(handle.read())
     with open(os.path.join(tree, "playbooks", "site.yml"), encoding="utf-8") as handle:
@@ -57,13 +57,22 @@ def _plan_tasks(tree):
     return settings + tasks
 
 
+def predicted_plan(disruption):
+    """The driver prediction's registered result that gives the case's disruption, as predict.yml registers it: the
+    plan module's disruption (empty: nothing), or a plan that failed (a fresh host's sources: its msg)."""
+    prefix = "no driver plan yet: "
+    if disruption.startswith(prefix):
+        return {"failed": True, "changed": False, "msg": disruption[len(prefix):]}
+    return {"changed": False, "disruption": disruption}
+
+
 def run_rollout(tree, inputs, record_in_file):
     """record_in_file: the record as the host's fact file (read by the module), else as ansible_local (the facts
     the play gathered, as the Jinja read it)."""
     tasks = _plan_tasks(tree)
     cases = {}
     for name, case in inputs.items():
-        variables = dict(case["settings"], nvidia_driver_disruption=case["disruption"])
+        variables = dict(case["settings"], nvidia_driver_predicted_plan=predicted_plan(case["disruption"]))
         files = {}
         if case["record"] is not None:
             if record_in_file:
@@ -119,6 +128,20 @@ def test_a_host_plan_names_every_reason():
                                             "message": "rollout: in one pass (nothing disruptive)"}
 
 
+@pytest.mark.parametrize("plan, disruption", [
+    # no NVIDIA GPU: predict.yml's plan task skipped (as Ansible registers a skipped task)
+    ({"changed": False, "skipped": True, "skip_reason": "Conditional result was False"}, ""),
+    (None, ""),
+    ({"changed": False, "disruption": ""}, ""),
+    ({"changed": False, "disruption": DRIVER}, DRIVER),
+    ({"changed": False, "failed": True, "msg": "nvidia_driver: no package of branch 580 in the sources"},
+     "no driver plan yet: nvidia_driver: no package of branch 580 in the sources"),
+    ({"changed": False, "failed": True}, "no driver plan yet: unknown"),
+])
+def test_the_driver_prediction_becomes_the_hosts_disruption(plan, disruption):
+    assert rollout.driver_disruption(plan) == disruption
+
+
 @pytest.mark.parametrize("text, names", [
     (None, []), ("", []), ("not json", []), ("[]", []), ('{"vllm": null}', []), ('{"vllm": {"instances": null}}', []),
     ('{"vllm": {"instances": {"a": {}, "b": {}}}}', ["a", "b"]),
@@ -160,6 +183,11 @@ def test_the_modules_through_ansible(tmp_path):
                                                     "record_path": str(record)})
     assert result["group"] == "batched" and not result["changed"]
     assert result["message"].startswith("rollout: in batches of 10% (serving containers qwen25-3b-awq-0, ")
+    result = run_ansible_module("gpuhost_rollout", {"driver_plan": {"failed": True, "msg": "no sources yet"},
+                                                    "record_path": str(tmp_path / "none.fact")})
+    assert result["reasons"] == ["no driver plan yet: no sources yet"] and result["group"] == "batched"
+    result = run_ansible_module("gpuhost_rollout", {"driver_plan": {}, "driver_disruption": DRIVER})
+    assert result["failed"] and "mutually exclusive" in result["msg"]
     result = run_ansible_module("gpuhost_rollout_settings", {"disruption_batch": [1, 2]})
     assert result["failed"] and "the hosts have 1, 2." in result["msg"]
     result = run_ansible_module("gpuhost_rollout_settings", {"serial": ["50%"]})
