@@ -19,27 +19,17 @@ description:
   - Returns C(clean) — true when every host is clean or repaired — for the run's exit status.
 version_added: "1.0.0"
 author: gpuhost maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - gpuhost_reports
 options:
   results:
     description: Host name to C({before, after, check_mode}) (M(gpuhost_drift) results), or C({unreachable, msg}).
     type: dict
     required: true
-  dest:
-    description:
-      - Directory of this run's reports, created by this module. One that exists already (an earlier run,
-        or another run started in the same second) is never written into; C(<dest>-2), C(<dest>-3)... is
-        created instead.
-    type: path
-    required: true
   title:
     description: Title of the summaries.
     type: str
     default: GPU fleet drift
-  generated:
-    description: When the run happened.
-    type: str
-notes:
-  - In check mode it renders and returns the Markdown but writes nothing.
 """
 
 EXAMPLES = r"""
@@ -74,13 +64,10 @@ files:
   elements: str
 """
 
-import json
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.runs.atomic_file import new_run_dir, write_atomic
+from ansible.module_utils.runs.atomic_file import write_run_reports
 from ansible.module_utils.diagnosis.drift_report import exit_ok, host_outcome, render_html, render_markdown
-from ansible.module_utils.diagnosis.report_render import safe_filename
+from ansible.module_utils.diagnosis.report_render import report_files
 
 
 def main():
@@ -100,23 +87,10 @@ def main():
     outcomes = dict((h, host_outcome(r)["outcome"]) for h, r in results.items())
     files, dest = [], ""
     if not module.check_mode:
-        try:
-            dest = new_run_dir(module.params["dest"])
-        except OSError as exc:
-            module.fail_json(msg="gpuhost_drift_report: cannot create a report directory at %s: %s. Fix: set "
-                                 "gpuhost_reports_dir to a writable directory" % (module.params["dest"], exc))
-        taken = set(["summary"])
-        for host in sorted(results):
-            entry = dict(results[host], host=host, **host_outcome(results[host]))
-            path = os.path.join(dest, safe_filename(host, taken) + ".json")
-            write_atomic(module, path, json.dumps(entry, indent=2, sort_keys=True) + "\n", backup=False)
-            files.append(path)
+        entries = dict((h, dict(r, host=h, **host_outcome(r))) for h, r in results.items())
         summary = {"hosts": len(results), "outcomes": outcomes, "clean": exit_ok(results)}
-        for name, text in (("summary.md", markdown), ("summary.html", render_html(results, title, generated)),
-                           ("summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")):
-            path = os.path.join(dest, name)
-            write_atomic(module, path, text, backup=False)
-            files.append(path)
+        dest, files = write_run_reports(module, "gpuhost_drift_report", module.params["dest"], report_files(
+            entries, markdown, render_html(results, title, generated), summary))
     module.exit_json(changed=bool(files), markdown=markdown, clean=exit_ok(results), outcomes=outcomes, files=files,
                      dest=dest)
 

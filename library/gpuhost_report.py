@@ -22,6 +22,8 @@ description:
     host names reduced to C([A-Za-z0-9._-]) in file names."
 version_added: "1.0.0"
 author: gpuhost maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - gpuhost_reports
 options:
   results:
     description:
@@ -29,22 +31,10 @@ options:
         check) may be given as C({unreachable: true, msg: ...})."
     type: dict
     required: true
-  dest:
-    description:
-      - Directory of this run's reports, created by this module. One that exists already (an earlier run,
-        or another run started in the same second) is never written into; C(<dest>-2), C(<dest>-3)... is
-        created instead.
-    type: path
-    required: true
   title:
     description: Title of the summaries.
     type: str
     default: GPU stack diagnosis
-  generated:
-    description: When the diagnosis ran (printed in the summaries).
-    type: str
-notes:
-  - In check mode it renders and returns the Markdown but writes nothing.
 """
 
 EXAMPLES = r"""
@@ -82,13 +72,11 @@ host_files:
   type: dict
 """
 
-import json
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.runs.atomic_file import new_run_dir, write_atomic
-from ansible.module_utils.diagnosis.report_render import fleet_summary, render_html, render_markdown, safe_filename
+from ansible.module_utils.runs.atomic_file import write_run_reports
+from ansible.module_utils.diagnosis.report_render import (fleet_summary, host_file_names, render_html, render_markdown,
+                                                          report_files)
 
 # Keys Ansible adds to a registered result that are not part of the diagnosis.
 _ANSIBLE_KEYS = ("invocation", "changed", "failed", "skipped", "skip_reason", "_ansible_no_log",
@@ -116,26 +104,12 @@ def main():
     markdown = render_markdown(results, title, generated)
     page = render_html(results, title, generated)
     summary = fleet_summary(results)
-    taken, host_files = set(["summary"]), {}
-    for host in sorted(results):
-        host_files[host] = safe_filename(host, taken) + ".json"
+    host_files = host_file_names(results)
     files, dest = [], ""
     if not module.check_mode:
-        try:
-            dest = new_run_dir(module.params["dest"])
-        except OSError as exc:
-            module.fail_json(msg="gpuhost_report: cannot create a report directory at %s: %s. Fix: set "
-                                 "gpuhost_reports_dir to a writable directory" % (module.params["dest"], exc))
-        for host in sorted(results):
-            path = os.path.join(dest, host_files[host])
-            write_atomic(module, path, json.dumps(dict(results[host], host=host), indent=2, sort_keys=True) + "\n",
-                         backup=False)
-            files.append(path)
-        for name, text in (("summary.md", markdown), ("summary.html", page),
-                           ("summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")):
-            path = os.path.join(dest, name)
-            write_atomic(module, path, text, backup=False)
-            files.append(path)
+        entries = dict((host, dict(result, host=host)) for host, result in results.items())
+        dest, files = write_run_reports(module, "gpuhost_report", module.params["dest"],
+                                        report_files(entries, markdown, page, summary))
     module.exit_json(changed=bool(files), markdown=markdown, files=files, summary=summary, host_files=host_files,
                      dest=dest)
 

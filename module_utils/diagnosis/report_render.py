@@ -12,6 +12,7 @@ Markdown escapes table syntax and HTML, the HTML page escapes everything it prin
 script, style sheet, image or font from anywhere (inline CSS only, CSP `default-src 'none'`).
 """
 import html
+import json
 import re
 
 from ansible.module_utils.diagnosis.explain import ExplainError, explain
@@ -286,3 +287,24 @@ def safe_filename(host, taken=None):
         n += 1
     taken.add(name.lower())
     return name
+
+
+def report_json(value):
+    """A report file's JSON text: indented, keys sorted, ending in a newline."""
+    return json.dumps(value, indent=2, sort_keys=True) + "\n"
+
+
+def host_file_names(hosts):
+    """Host -> the file name of its JSON report: safe_filename() in host order, none taking a summary's name."""
+    taken, names = set(["summary"]), {}
+    for host in sorted(hosts):
+        names[host] = safe_filename(host, taken) + ".json"
+    return names
+
+
+def report_files(entries, markdown, page, summary):
+    """(file name, text) of a run's reports, in the order they are written: each host's entry ({host: dict})
+    in its own JSON file, then summary.md, summary.html (`page`) and summary.json (`summary`)."""
+    names = host_file_names(entries)
+    return ([(names[host], report_json(entries[host])) for host in sorted(entries)]
+            + [("summary.md", markdown), ("summary.html", page), ("summary.json", report_json(summary))])

@@ -2,7 +2,8 @@
 # Copyright (c) gpuhost contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Write a config file atomically with a backup, for the toolkit's modules (needs an AnsibleModule)."""
+"""Write a config file atomically with a backup, or a run's reports into a directory of their own, for the
+toolkit's modules (needs an AnsibleModule)."""
 import os
 import shutil
 import tempfile
@@ -93,3 +94,19 @@ def new_run_dir(path, attempts=1000):
         except FileExistsError:
             continue
     raise FileExistsError("%s and %d more like it exist already" % (path, attempts - 1))
+
+
+def write_run_reports(module, who, dest, files):
+    """Create a run's report directory (new_run_dir(dest)) and write `files` ((name, text), in order) into it;
+    returns (the directory, the paths written). A directory that cannot be made fails the task, named by `who`."""
+    try:
+        run_dir = new_run_dir(dest)
+    except OSError as exc:
+        module.fail_json(msg="%s: cannot create a report directory at %s: %s. Fix: set "
+                             "gpuhost_reports_dir to a writable directory" % (who, dest, exc))
+    paths = []
+    for name, text in files:
+        path = os.path.join(run_dir, name)
+        write_atomic(module, path, text, backup=False)
+        paths.append(path)
+    return run_dir, paths

@@ -63,8 +63,10 @@ def test_ansible_doc_reads_every_module(installed):
     docs = json.loads(proc.stdout)
     bad = [m for m in MODULES if (docs.get("gpuhost.gpu." + m) or {}).get("doc", {}).get("module") != m]
     assert not bad, "ansible-doc gives no documentation of %s:\n%s" % (bad, proc.stderr)
-    # The shared doc fragment resolves inside the collection.
+    # The shared doc fragments resolve inside the collection.
     assert "backup_dir" in docs["gpuhost.gpu.docker_daemon_json"]["doc"]["options"]
+    for module in ("gpuhost_report", "gpuhost_drift_report"):
+        assert {"dest", "generated"} <= set(docs["gpuhost.gpu." + module]["doc"]["options"]), module
 
 
 def test_module_runs_by_fqcn(installed):

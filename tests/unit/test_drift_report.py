@@ -1,6 +1,13 @@
-"""Drift summaries: outcome per host, before → after per layer, escaping of host text."""
+"""Drift summaries: outcome per host, before → after per layer, escaping of host text; the module that writes them
+(library/gpuhost_drift_report.py)."""
+import json
+import os
+import subprocess
+import sys
+
 from diagnosis.drift import compare
 from diagnosis.drift_report import exit_ok, host_outcome, render_html, render_markdown
+from conftest import MODULE_RUNNER, ROOT
 
 RECORD = {"driver": {"version": "580.95.05", "packages": []}, "cdi": {"driver_version": "580.95.05"}}
 
@@ -57,3 +64,36 @@ def test_rollout_verdicts_failed_repair_and_host_left_as_found():
     assert exit_ok(results) is False
     md = render_markdown(results)
     assert "rollout stopped: the repair of gpu-a failed" in md and "**repair failed**" in md
+
+
+def _run_drift_report(tmp_path, args):
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    proc = subprocess.run([sys.executable, *MODULE_RUNNER, os.path.join(ROOT, "library", "gpuhost_drift_report.py"),
+                           str(args_file)], capture_output=True, text=True, timeout=60)
+    return json.loads(proc.stdout)
+
+
+def test_gpuhost_drift_report_module_writes_a_directory_of_its_own(tmp_path):
+    clean = compare(RECORD, stack("580.95.05"), {})
+    dest = tmp_path / "reports" / "drift"
+    args = {"results": {"gpu-a": {"before": clean, "after": clean, "check_mode": False}, "summary": "no dict"},
+            "dest": str(dest), "_ansible_check_mode": False}
+    out = _run_drift_report(tmp_path, args)
+    assert not out.get("failed"), out
+    assert out["changed"] is True and out["dest"] == str(dest) and out["clean"] is False
+    assert [os.path.basename(f) for f in out["files"]] == ["gpu-a.json", "summary-2.json", "summary.md",
+                                                           "summary.html", "summary.json"]
+    host = json.loads((dest / "summary-2.json").read_text())
+    assert host["host"] == "summary" and host["unreachable"] is True and host["outcome"] == "unreachable"
+    assert json.loads((dest / "summary.json").read_text()) == {
+        "hosts": 2, "outcomes": {"gpu-a": "clean", "summary": "unreachable"}, "clean": False}
+    assert (dest / "summary.md").read_text() == out["markdown"]
+    assert _run_drift_report(tmp_path, args)["dest"] == str(dest) + "-2"
+    checked = _run_drift_report(tmp_path, dict(args, dest=str(tmp_path / "checked"), _ansible_check_mode=True))
+    assert checked["changed"] is False and checked["files"] == [] and checked["dest"] == ""
+    assert not (tmp_path / "checked").exists()
+    refused = _run_drift_report(tmp_path, dict(args, dest=str(dest / "summary.md" / "x")))
+    assert refused["failed"] and refused["msg"].startswith(
+        "gpuhost_drift_report: cannot create a report directory at %s: " % (dest / "summary.md" / "x"))
+    assert refused["msg"].endswith(". Fix: set gpuhost_reports_dir to a writable directory")

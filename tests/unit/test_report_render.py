@@ -140,6 +140,17 @@ def test_safe_filename():
     assert rr.safe_filename("", taken) == "host"
 
 
+def test_report_files_are_the_hosts_in_order_then_the_summaries():
+    entries = {"b/x": {"host": "b/x"}, "summary": {"host": "summary"}, "a": {"host": "a", "z": 1, "k": [2]}}
+    assert rr.host_file_names(entries) == {"a": "a.json", "b/x": "b_x.json", "summary": "summary-2.json"}
+    files = rr.report_files(entries, "# md\n", "<html>\n", {"hosts": 3})
+    assert [name for name, _text in files] == ["a.json", "b_x.json", "summary-2.json", "summary.md", "summary.html",
+                                               "summary.json"]
+    assert files[0][1] == '{\n  "host": "a",\n  "k": [\n    2\n  ],\n  "z": 1\n}\n'
+    assert files[3:5] == [("summary.md", "# md\n"), ("summary.html", "<html>\n")]
+    assert files[5][1] == rr.report_json({"hosts": 3}) == '{\n  "hosts": 3\n}\n'
+
+
 def test_gpuhost_report_module_writes_the_reports(tmp_path):
     dest = tmp_path / "reports"
     args = {"results": dict((h, dict(r, changed=False, invocation={"module_args": {}}))
@@ -174,8 +185,10 @@ def test_gpuhost_report_documents_its_options():
     import yaml
     sys.path.insert(0, os.path.join(ROOT, "library"))
     import gpuhost_report as mod
+    from test_module_docs import _fragment_options
     doc = yaml.safe_load(mod.DOCUMENTATION)
-    assert set(doc["options"]) == {"results", "dest", "title", "generated"}
+    options = dict(_fragment_options(doc["extends_documentation_fragment"]), **doc["options"])
+    assert set(options) == {"results", "dest", "title", "generated"}
     assert set(yaml.safe_load(mod.RETURN)) == {"markdown", "files", "summary", "host_files", "dest"}
 
 
