@@ -27,7 +27,13 @@ options:
   data:
     description: What the layer converged to. Keys given replace the section's keys of the same name.
     type: dict
-    required: true
+    default: {}
+  remove:
+    description:
+      - Entries to drop from the section's objects, by the object's key (C({instances: [qwen3-32b]}) drops
+        C(instances.qwen3-32b)); a name the record does not hold is no change.
+    type: dict
+    default: {}
   path:
     description: The fact file.
     type: path
@@ -41,6 +47,12 @@ EXAMPLES = r"""
   gpuhost_record:
     section: driver
     data: {version: "580.95.05", kernel_modules: open}
+
+- name: Drop removed serving containers from the record
+  gpuhost_record:
+    section: vllm
+    remove:
+      instances: [qwen3-32b, qwen3-8b]
 """
 
 RETURN = r"""
@@ -59,7 +71,8 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             section=dict(type="str", required=True),
-            data=dict(type="dict", required=True),
+            data=dict(type="dict", default={}),
+            remove=dict(type="dict", default={}),
             path=dict(type="path", default="/etc/ansible/facts.d/gpuhost.fact"),
         ),
         supports_check_mode=True,
@@ -73,6 +86,11 @@ def main():
     current = before.get(section) if isinstance(before.get(section), dict) else {}
     after = dict(before)
     after[section] = merge(current, module.params["data"])
+    for key, names in module.params["remove"].items():
+        if isinstance(after[section].get(key), dict):
+            after[section][key] = dict((k, v) for k, v in after[section][key].items() if k not in [str(n) for n in names or []])
+    if not after[section] and section not in before:  # nothing to record: no empty section
+        del after[section]
     changed = after != before
     text = render(after) + "\n"
     result = dict(changed=changed, record=after)
