@@ -1,6 +1,7 @@
 """The layer registry (module_utils/layers/registry.py) is the one list of layers: every place that needs
 the layers reads it, and where Ansible needs a literal (tags, role order, argument specs, module docs) the
 literal is proven equal to it here. A list of layers anywhere else in the product fails."""
+import glob
 import io
 import os
 import re
@@ -187,6 +188,21 @@ def test_no_other_file_lists_the_layers():
                 for words in _lists_of_layers(code):
                     found.append("%s: %s" % (rel, ", ".join(words)))
     assert not found, "lists of layers outside the registry:\n" + "\n".join(found)
+
+
+def test_role_texts_name_layers_by_the_registrys_names_not_numbers():
+    """The role READMEs and defaults numbered the layers (1, 2, 2b, 3 ...): a second list, in prose. They name the
+    registry's layers instead, each a name the registry has."""
+    numbered, unknown = [], []
+    for path in glob.glob(os.path.join(ROOT, "roles", "*", "README.md")) + \
+            glob.glob(os.path.join(ROOT, "roles", "*", "defaults", "main.yml")):
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        rel = os.path.relpath(path, ROOT)
+        numbered += ["%s: %s" % (rel, m.group(0)) for m in re.finditer(r"\blayers? \d+[a-z]?\b", text)]
+        unknown += ["%s: %s" % (rel, name) for name in re.findall(r"the `(\w+)` layer\b", text)
+                    if name not in registry.BY_NAME]
+    assert not numbered and not unknown, numbered + unknown
 
 
 def test_the_scan_finds_a_list_of_layers():
