@@ -21,7 +21,6 @@ Sources (docs/research/mig.md, tests/fixtures/mig/README.md, corpus nvidia_smi/ 
 """
 import os
 import stat as _stat
-import uuid as _uuid
 
 # ----- profiles -------------------------------------------------------------------------------------------------
 # (id, name, total, mib, sm, dec, enc, ce, jpeg, ofa, starts, size)
@@ -139,6 +138,7 @@ def pending(gpu):
 def mig_uuid(gpu_uuid, gi, ci):
     """A MIG device's UUID: version-5 UUIDs as the real ones (`MIG-feb88891-0321-5fef-...`, 068), stable for the
     same GPU / GI / CI."""
+    import uuid as _uuid  # pylint: disable=import-outside-toplevel  # only where a MIG UUID is made
     return "MIG-" + str(_uuid.uuid5(_uuid.NAMESPACE_OID, "%s/%d/%d" % (gpu_uuid, gi, ci)))
 
 

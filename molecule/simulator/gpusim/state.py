@@ -9,7 +9,6 @@ The path comes from $GPUSIM_STATE when set.
 import copy
 import json
 import os
-import tempfile
 
 DEFAULT_PATH = "/var/lib/gpu-sim/state.json"
 SCHEMA = 1
@@ -101,6 +100,7 @@ def save(state, path=None):
     path = path or path_from_env()
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
+    import tempfile  # pylint: disable=import-outside-toplevel  # writers only: readers start faster
     fd, tmp = tempfile.mkstemp(prefix=".state.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
