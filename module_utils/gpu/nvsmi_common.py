@@ -219,6 +219,27 @@ def _new_gpu(index):
     }
 
 
+# The scalar facts of a GPU that nvidia-smi's forms print, each with how its text becomes the fact (None: the
+# text itself), in one place so that every form reads a fact alike; each form's table names where it prints them.
+GPU_SCALARS = (
+    ("minor_number", _int), ("architecture", None), ("memory_total_mib", _mib), ("memory_used_mib", _mib),
+    ("memory_free_mib", _mib), ("memory_reserved_mib", _mib), ("persistence_mode", _mode), ("driver_model", None),
+    ("compute_mode", _compute_mode), ("mig_mode", _mode), ("mig_mode_pending", _mode), ("compute_capability", None),
+    ("utilization_gpu", _int), ("utilization_memory", _int), ("power_draw_w", _float), ("power_limit_w", _float),
+    ("temperature_c", _int), ("fan_speed_pct", _int), ("performance_state", None),
+)
+
+
+def read_scalars(gpu, places, read, text=None):
+    """Set `gpu`'s GPU_SCALARS that a form prints: places maps a fact to where the form prints it (a fact it does
+    not name is left as it is), read(*where) gives what stands there; text (default: none) cleans the text of a
+    fact that has no conversion, for a form whose read() gives it raw."""
+    for fact, convert in GPU_SCALARS:
+        if fact in places:
+            value = read(*places[fact])
+            gpu[fact] = convert(value) if convert else (text(value) if text else value)
+
+
 def _new_process():
     return {"pid": None, "name": None, "used_mib": None, "type": None, "gpu_index": None,
             "pci_bus_id": None, "gpu_uuid": None, "gpu_instance_id": None,

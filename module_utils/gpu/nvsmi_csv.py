@@ -9,8 +9,8 @@ import csv
 import re
 
 from ansible.module_utils.gpu.nvsmi_common import (
-    CLOCK_REASONS, ParseError, _active, _compute_mode, _cut_short, _decode_reason_mask, _float, _int, _mib,
-    _mode, _new_gpu, _new_process, _new_result, _value, clean_text, pci_ids)
+    CLOCK_REASONS, ParseError, _active, _cut_short, _decode_reason_mask, _int, _mib, _new_gpu, _new_process,
+    _new_result, _value, clean_text, pci_ids, read_scalars)
 
 
 # Field lists the module asks for in its CSV fallback; the CLI recognises headerless CSV
@@ -27,6 +27,17 @@ _CSV_FIELD = re.compile(r"^[a-z][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*(?: \[[^\]]+\])
 _GPU_FIELD_HINTS = frozenset(("index", "name", "uuid", "pci.bus_id", "memory.total", "memory.used",
                               "driver_version", "serial", "utilization.gpu", "count", "gpu_name"))
 _APPS_FIELD_HINTS = frozenset(("pid", "process_name", "used_gpu_memory", "used_memory"))
+# The --query-gpu fields of each of the GPU_SCALARS (the first present with a value counts).
+_CSV_PLACES = {
+    "memory_total_mib": ("memory.total",), "memory_used_mib": ("memory.used",), "memory_free_mib": ("memory.free",),
+    "memory_reserved_mib": ("memory.reserved",), "persistence_mode": ("persistence_mode",),
+    "driver_model": ("driver_model.current",), "compute_mode": ("compute_mode",), "mig_mode": ("mig.mode.current",),
+    "mig_mode_pending": ("mig.mode.pending",), "compute_capability": ("compute_cap",),
+    "utilization_gpu": ("utilization.gpu",), "utilization_memory": ("utilization.memory",),
+    "power_draw_w": ("power.draw", "power.draw.average", "power.draw.instant"),
+    "power_limit_w": ("power.limit", "enforced.power.limit"), "temperature_c": ("temperature.gpu",),
+    "fan_speed_pct": ("fan.speed",), "performance_state": ("pstate",),
+}
 
 
 def _csv_rows(text):
@@ -106,23 +117,7 @@ def _csv_gpu(record, position):
     gpu["uuid"] = _first(record, "uuid", "gpu_uuid")
     gpu["pci_bus_id"] = _first(record, "pci.bus_id", "gpu_bus_id")
     gpu["pci_device_id"], gpu["pci_vendor_id"] = pci_ids(_first(record, "pci.device_id"))
-    gpu["memory_total_mib"] = _mib(_first(record, "memory.total"))
-    gpu["memory_used_mib"] = _mib(_first(record, "memory.used"))
-    gpu["memory_free_mib"] = _mib(_first(record, "memory.free"))
-    gpu["memory_reserved_mib"] = _mib(_first(record, "memory.reserved"))
-    gpu["persistence_mode"] = _mode(_first(record, "persistence_mode"))
-    gpu["driver_model"] = _first(record, "driver_model.current")
-    gpu["compute_mode"] = _compute_mode(_first(record, "compute_mode"))
-    gpu["mig_mode"] = _mode(_first(record, "mig.mode.current"))
-    gpu["mig_mode_pending"] = _mode(_first(record, "mig.mode.pending"))
-    gpu["compute_capability"] = _first(record, "compute_cap")
-    gpu["utilization_gpu"] = _int(_first(record, "utilization.gpu"))
-    gpu["utilization_memory"] = _int(_first(record, "utilization.memory"))
-    gpu["power_draw_w"] = _float(_first(record, "power.draw", "power.draw.average", "power.draw.instant"))
-    gpu["power_limit_w"] = _float(_first(record, "power.limit", "enforced.power.limit"))
-    gpu["temperature_c"] = _int(_first(record, "temperature.gpu"))
-    gpu["fan_speed_pct"] = _int(_first(record, "fan.speed"))
-    gpu["performance_state"] = _first(record, "pstate")
+    read_scalars(gpu, _CSV_PLACES, lambda *names: _first(record, *names))
     gpu["clocks_event_reasons_active"] = _csv_reasons(record)
     return gpu
 

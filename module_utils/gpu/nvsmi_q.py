@@ -8,12 +8,25 @@ whole captures and (partial=True) excerpts. Pure stdlib (python >= 3.9), no Ansi
 import re
 
 from ansible.module_utils.gpu.nvsmi_common import (
-    _BUS_ID, UnsupportedForm, _active, _compute_mode, _cut_short, _float, _int, _mib, _mode, _new_gpu,
-    _new_process, _new_result, _strip_deprecation, _value, clean_text, pci_ids)
+    _BUS_ID, UnsupportedForm, _active, _cut_short, _float, _int, _mib, _new_gpu, _new_process, _new_result,
+    _strip_deprecation, _value, clean_text, pci_ids, read_scalars)
 
 
 _Q_SEPARATOR = re.compile(r"\s:(?= |$)")  # "Key<spaces>: value"; keys never contain " :"
 _Q_GPU = re.compile(r"^GPU (" + _BUS_ID + r")$")
+
+# The key path of each of the GPU_SCALARS in a GPU section (the power facts are read by _q_gpu itself: their keys
+# stand at different depths across driver versions).
+_Q_PLACES = {
+    "minor_number": ("Minor Number",), "architecture": ("Product Architecture",),
+    "memory_total_mib": ("FB Memory Usage", "Total"), "memory_used_mib": ("FB Memory Usage", "Used"),
+    "memory_free_mib": ("FB Memory Usage", "Free"), "memory_reserved_mib": ("FB Memory Usage", "Reserved"),
+    "persistence_mode": ("Persistence Mode",), "driver_model": ("Driver Model", "Current"),
+    "compute_mode": ("Compute Mode",), "mig_mode": ("MIG Mode", "Current"), "mig_mode_pending": ("MIG Mode", "Pending"),
+    "utilization_gpu": ("Utilization", "GPU"), "utilization_memory": ("Utilization", "Memory"),
+    "temperature_c": ("Temperature", "GPU Current Temp"), "fan_speed_pct": ("Fan Speed",),
+    "performance_state": ("Performance State",),
+}
 
 _Q_REASON_LABELS = {
     "idle": "gpu_idle",
@@ -103,19 +116,7 @@ def _q_gpu(section, index, bus_id):
     gpu["uuid"] = _value(section.get("GPU UUID"))
     gpu["pci_bus_id"] = _value(section.get("PCI", "Bus Id")) or bus_id
     gpu["pci_device_id"], gpu["pci_vendor_id"] = pci_ids(section.get("PCI", "Device Id"))
-    gpu["minor_number"] = _int(section.get("Minor Number"))
-    gpu["architecture"] = _value(section.get("Product Architecture"))
-    gpu["memory_total_mib"] = _mib(section.get("FB Memory Usage", "Total"))
-    gpu["memory_used_mib"] = _mib(section.get("FB Memory Usage", "Used"))
-    gpu["memory_free_mib"] = _mib(section.get("FB Memory Usage", "Free"))
-    gpu["memory_reserved_mib"] = _mib(section.get("FB Memory Usage", "Reserved"))
-    gpu["persistence_mode"] = _mode(section.get("Persistence Mode"))
-    gpu["driver_model"] = _value(section.get("Driver Model", "Current"))
-    gpu["compute_mode"] = _compute_mode(section.get("Compute Mode"))
-    gpu["mig_mode"] = _mode(section.get("MIG Mode", "Current"))
-    gpu["mig_mode_pending"] = _mode(section.get("MIG Mode", "Pending"))
-    gpu["utilization_gpu"] = _int(section.get("Utilization", "GPU"))
-    gpu["utilization_memory"] = _int(section.get("Utilization", "Memory"))
+    read_scalars(gpu, _Q_PLACES, section.get, text=_value)
     power = section.find("GPU Power Readings", "Power Readings")
     if power is not None:
         draws, limits = {}, {}
@@ -129,9 +130,6 @@ def _q_gpu(section, index, bus_id):
                                      or draws.get("instantaneous power draw"))
         gpu["power_limit_w"] = _float(limits.get("current power limit") or limits.get("enforced power limit")
                                       or limits.get("power limit"))
-    gpu["temperature_c"] = _int(section.get("Temperature", "GPU Current Temp"))
-    gpu["fan_speed_pct"] = _int(section.get("Fan Speed"))
-    gpu["performance_state"] = _value(section.get("Performance State"))
     gpu["clocks_event_reasons_active"] = _q_reasons(
         section.find("Clocks Event Reasons", "Clocks Throttle Reasons"))
     for child in section.children:

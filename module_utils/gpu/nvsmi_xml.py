@@ -10,8 +10,25 @@ import re
 import xml.etree.ElementTree as ET
 
 from ansible.module_utils.gpu.nvsmi_common import (
-    ParseError, TruncatedInput, _active, _compute_mode, _cut_short, _float, _int, _mib, _mode, _new_gpu,
-    _new_process, _new_result, _strip_deprecation, _value, clean_text, pci_ids)
+    ParseError, TruncatedInput, _active, _cut_short, _int, _mib, _new_gpu, _new_process, _new_result,
+    _strip_deprecation, _value, clean_text, pci_ids, read_scalars)
+
+# Where a <gpu> element holds each of the GPU_SCALARS (paths below it, the first with a value counts), and
+# the power facts below its <gpu_power_readings> (<power_readings> before v12).
+_XML_PLACES = {
+    "minor_number": ("minor_number",), "architecture": ("product_architecture",),
+    "memory_total_mib": ("fb_memory_usage/total",), "memory_used_mib": ("fb_memory_usage/used",),
+    "memory_free_mib": ("fb_memory_usage/free",), "memory_reserved_mib": ("fb_memory_usage/reserved",),
+    "persistence_mode": ("persistence_mode",), "driver_model": ("driver_model/current_dm",),
+    "compute_mode": ("compute_mode",), "mig_mode": ("mig_mode/current_mig",),
+    "mig_mode_pending": ("mig_mode/pending_mig",), "utilization_gpu": ("utilization/gpu_util",),
+    "utilization_memory": ("utilization/memory_util",), "temperature_c": ("temperature/gpu_temp",),
+    "fan_speed_pct": ("fan_speed",), "performance_state": ("performance_state",),
+}
+_XML_POWER_PLACES = {
+    "power_draw_w": ("power_draw", "average_power_draw", "instant_power_draw"),
+    "power_limit_w": ("current_power_limit", "enforced_power_limit", "power_limit"),
+}
 
 
 def _xtext(node, *paths):
@@ -54,27 +71,11 @@ def _xml_gpu(node, index, warnings):
     gpu["pci_device_id"], gpu["pci_vendor_id"] = pci_ids(raw_dev)
     if raw_dev is not None and gpu["pci_device_id"] is None:
         warnings.append("GPU %d: PCI device id %r is not an NVIDIA id (masked capture?)" % (index, raw_dev))
-    gpu["minor_number"] = _int(_xtext(node, "minor_number"))
-    gpu["architecture"] = _xtext(node, "product_architecture")
-    gpu["memory_total_mib"] = _mib(_xtext(node, "fb_memory_usage/total"))
-    gpu["memory_used_mib"] = _mib(_xtext(node, "fb_memory_usage/used"))
-    gpu["memory_free_mib"] = _mib(_xtext(node, "fb_memory_usage/free"))
-    gpu["memory_reserved_mib"] = _mib(_xtext(node, "fb_memory_usage/reserved"))
-    gpu["persistence_mode"] = _mode(_xtext(node, "persistence_mode"))
-    gpu["driver_model"] = _xtext(node, "driver_model/current_dm")
-    gpu["compute_mode"] = _compute_mode(_xtext(node, "compute_mode"))
-    gpu["mig_mode"] = _mode(_xtext(node, "mig_mode/current_mig"))
-    gpu["mig_mode_pending"] = _mode(_xtext(node, "mig_mode/pending_mig"))
-    gpu["utilization_gpu"] = _int(_xtext(node, "utilization/gpu_util"))
-    gpu["utilization_memory"] = _int(_xtext(node, "utilization/memory_util"))
+    read_scalars(gpu, _XML_PLACES, lambda *paths: _xtext(node, *paths))
     power = node.find("gpu_power_readings")
     if power is None:
         power = node.find("power_readings")
-    gpu["power_draw_w"] = _float(_xtext(power, "power_draw", "average_power_draw", "instant_power_draw"))
-    gpu["power_limit_w"] = _float(_xtext(power, "current_power_limit", "enforced_power_limit", "power_limit"))
-    gpu["temperature_c"] = _int(_xtext(node, "temperature/gpu_temp"))
-    gpu["fan_speed_pct"] = _int(_xtext(node, "fan_speed"))
-    gpu["performance_state"] = _xtext(node, "performance_state")
+    read_scalars(gpu, _XML_POWER_PLACES, lambda *paths: _xtext(power, *paths))
     gpu["clocks_event_reasons_active"] = _xml_reasons(node)
     migs = node.find("mig_devices")
     if migs is not None:

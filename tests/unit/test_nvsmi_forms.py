@@ -223,3 +223,17 @@ def test_truncated_table_name_still_gets_its_architecture():
     gpu = n.facts_from_output(text)["gpus"][0]
     assert gpu["name"] == "NVIDIA RTX PRO 6000 Blac..."
     assert (gpu["architecture"], gpu["compute_capability"]) == ("Blackwell", "12.0")
+
+
+def test_every_form_reads_a_scalar_fact_alike():
+    """read_scalars (nvsmi_common.GPU_SCALARS): the -q, XML and CSV parsers convert each fact one way; a fact the
+    form does not name stays as it was, and text cleaning applies only to facts without a conversion."""
+    from gpu.nvsmi_common import _new_gpu, _value, read_scalars
+    values = {"mem": "[81559 MiB]", "pstate": " P0 [x] ", "lim": "N/A"}
+    gpu = dict(_new_gpu(0), fan_speed_pct="kept")
+    places = {"memory_total_mib": ("mem",), "performance_state": ("pstate",), "power_limit_w": ("lim",)}
+    read_scalars(gpu, places, lambda name: values[name], text=_value)
+    assert (gpu["memory_total_mib"], gpu["performance_state"], gpu["power_limit_w"]) == (81559, "P0 [x]", None)
+    assert gpu["fan_speed_pct"] == "kept"
+    read_scalars(gpu, {"performance_state": ("pstate",)}, lambda name: values[name])
+    assert gpu["performance_state"] == " P0 [x] "
