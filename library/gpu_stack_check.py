@@ -58,7 +58,7 @@ options:
       - Default is every layer but C(health).
     type: list
     elements: str
-    choices: [hardware, driver, fabric, persistence, docker, toolkit, runtime_config, cdi, container, health]
+    choices: [hardware, driver, fabric, persistence, docker, toolkit, runtime_config, cdi, container, serving, health]
     default: [hardware, driver, fabric, persistence, docker, toolkit, runtime_config, cdi, container]
   not_required:
     description:
@@ -66,7 +66,7 @@ options:
         C(persistence) where the play does not run the C(nvidia_persistence) role).
     type: list
     elements: str
-    choices: [hardware, driver, fabric, persistence, docker, toolkit, runtime_config, cdi, container, health]
+    choices: [hardware, driver, fabric, persistence, docker, toolkit, runtime_config, cdi, container, serving, health]
     default: []
   fail_on_required:
     description: Fail the task (with the whole diagnosis in the result) when a required layer fails.

@@ -127,9 +127,10 @@ REGISTRY = (
     _layer("container", "image/container", roles=("nvidia_container_toolkit",), tags=("toolkit",),
            checks=("container_gpus", "gpus_path", "container_cdi", "container_cuda", "serving_gpus"), drift=True,
            repair=("nvidia_container_toolkit", "nvidia_cdi"), catalogue=("image", "container")),
-    # The serving containers: drift compares them with the record (running, healthy); the stack check's
-    # serving_gpus (in the container layer) looks inside the running ones.
-    _layer("serving", "vLLM serving", required=False, roles=("vllm",), tags=("vllm",), drift=True,
+    # The serving containers: every recorded or labelled one is running (serving_running); drift compares them
+    # with the record (running, healthy); the stack check's serving_gpus (in the container layer) looks inside
+    # the running ones.
+    _layer("serving", "vLLM serving", required=False, roles=("vllm",), tags=("vllm",), checks=("serving_running",), drift=True,
            repair=("vllm",), catalogue=("vllm_config", "vllm_memory")),
     _layer("health", "GPU health", required=False, checks=("zombies", "throttle", "xid")),
 )

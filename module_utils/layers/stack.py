@@ -36,7 +36,7 @@ from ansible.module_utils.layers.runtime_config import _char_numbers
 # Every check module the registry names (Ansible ships a module's module_utils by their static imports),
 # looked up by name below.
 from ansible.module_utils.layers import (  # noqa: F401  # pylint: disable=unused-import
-    cdi, container, driver, engine, fabric, generic, hardware, health, persistence, runtime_config, toolkit)
+    cdi, container, driver, engine, fabric, generic, hardware, health, persistence, runtime_config, serving, toolkit)
 
 
 def _implementations():
@@ -98,6 +98,8 @@ DEFAULT_OPTIONS = {
     "container_engine": "auto",
     "containerd_namespace": DEFAULT_CONTAINERD_NAMESPACE,
     "mig_layout": None,
+    # gpuhost's record: the serving containers it deployed (layer serving).
+    "record_path": "/etc/ansible/facts.d/gpuhost.fact",
 }
 
 
@@ -192,6 +194,7 @@ def capture(io, options=None):
     if docker:
         caps["docker_info"] = _run(io, [docker, "info", "--format", "{{json .}}"])
     caps["daemon_json"] = io.read(opts["docker_config"])
+    caps["record"] = io.read(opts["record_path"])
     dockerd = io.which("dockerd")
     if docker and dockerd and parse_docker_info(caps.get("docker_info"))[0] is None:
         # The daemon is down: ask the engine itself what it makes of its config (read-only, 23+).
@@ -213,6 +216,7 @@ def capture(io, options=None):
                                         for name in _lines(caps["serving"]["stdout"]) if name.strip())
         # Every serving container, running or not: the device requests of one that exits and restarts.
         every = _run(io, [docker, "ps", "-a", "--filter", "label=" + SERVING_LABEL, "--format", "{{.Names}}"])
+        caps["serving_all"] = every
         names = [n.strip() for n in _lines(every["stdout"])] if every["rc"] == 0 else []
         if names:
             caps["serving_inspect"] = _run(io, [docker, "inspect"] + names)
