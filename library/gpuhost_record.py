@@ -30,8 +30,8 @@ options:
     default: {}
   remove:
     description:
-      - Entries to drop from the section's objects, by the object's key (C({instances: [qwen3-32b]}) drops
-        C(instances.qwen3-32b)); a name the record does not hold is no change.
+      - "Entries to drop from the section's objects, by the object's key (C({instances: [qwen3-32b]}) drops
+        C(instances.qwen3-32b)); a name the record does not hold is no change."
     type: dict
     default: {}
   path:

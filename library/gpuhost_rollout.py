@@ -25,9 +25,10 @@ author: gpuhost maintainers (!UNKNOWN)
 options:
   driver_plan:
     description:
-      - The driver's prediction for this host (nvidia_driver's predict.yml registers its M(nvidia_driver_plan) result
-        as C(nvidia_driver_predicted_plan)): its C(disruption), nothing when the task skipped (no NVIDIA GPU), and
-        a plan that failed (a fresh host whose driver sources the run adds) counts as a disruption with its reason.
+      - The driver's prediction for this host, the M(nvidia_driver_plan) result that nvidia_driver's predict.yml
+        registers as C(nvidia_driver_predicted_plan). Its C(disruption) counts; nothing when the task skipped (no
+        NVIDIA GPU); a plan that failed (a fresh host whose driver sources the run adds) counts as a disruption,
+        with its reason.
       - Mutually exclusive with O(driver_disruption).
     type: dict
   driver_disruption:
