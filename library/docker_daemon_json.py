@@ -33,7 +33,15 @@ options:
   options:
     description: Settings to merge into the file.
     type: dict
-    required: true
+    default: {}
+  training:
+    description:
+      - A host that runs training containers. Docker's C(default-ulimits) get C(memlock) unlimited (pinned memory
+        for NCCL and data loaders; the default is 64 KB) and C(stack) 64 MiB, as seed 000's
+        C(--ulimit memlock=-1 --ulimit stack=67108864), each only where the file sets none (the operator's
+        limit is kept).
+    type: bool
+    default: false
   backup:
     description: Keep a timestamped copy of the file before changing it.
     type: bool
@@ -86,7 +94,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.containers.daemon_json import (
-    BOM, DaemonJsonError, changed_keys, engine_accepts_bom, merge, parse, render)
+    BOM, TRAINING_ULIMITS, DaemonJsonError, changed_keys, engine_accepts_bom, fill_defaults, merge, parse, render)
 from ansible.module_utils.runs.atomic_file import read_text, stage_copy, write_atomic
 from ansible.module_utils.host.runner import ModuleHostIO
 
@@ -108,7 +116,8 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             path=dict(type="path", default="/etc/docker/daemon.json"),
-            options=dict(type="dict", required=True),
+            options=dict(type="dict", default={}),
+            training=dict(type="bool", default=False),
             backup=dict(type="bool", default=True),
             backup_dir=dict(type="path", default="/var/backups/gpuhost"),
             validate=dict(type="str", default="auto", choices=["auto", "always", "never"]),
@@ -132,6 +141,8 @@ def main():
         module.fail_json(msg="docker: %s. Fix or remove the file by hand; it was left untouched." % exc)
 
     after = merge(before, module.params["options"])
+    if module.params["training"]:
+        after = fill_defaults(after, TRAINING_ULIMITS)
     keys = changed_keys(before, after)
     after_text = render(after)
     result = dict(changed=bool(keys), config=after, changed_keys=keys, validated=False)

@@ -96,6 +96,27 @@ def merge(current, options):
     return result
 
 
+def fill_defaults(current, defaults):
+    """`defaults` added where `current` has nothing yet, at any depth, and a new dict returned: a value the file
+    already has (the operator's, or an earlier run's) is kept, whatever it is."""
+    result = dict(current)
+    for key, value in (defaults or {}).items():
+        if key not in result:
+            result[key] = value
+        elif isinstance(value, dict) and isinstance(result[key], dict):
+            result[key] = fill_defaults(result[key], value)
+    return result
+
+
+# Seed 000's training container (`--ulimit memlock=-1 --ulimit stack=67108864`) as docker's defaults for every
+# container (dockerd's `default-ulimits`): pinned memory for NCCL and data loaders (the default memlock is 64 KB),
+# and the stack PyTorch recommends. Where daemon.json already sets one, that one stays.
+TRAINING_ULIMITS = {"default-ulimits": {
+    "memlock": {"Name": "memlock", "Hard": -1, "Soft": -1},
+    "stack": {"Name": "stack", "Hard": 67108864, "Soft": 67108864},
+}}
+
+
 def keep_features(before, after):
     """nvidia-ctk <= 1.20.0 replaces the whole `features` map when it sets `features.cdi`.
 

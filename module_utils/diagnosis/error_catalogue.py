@@ -333,6 +333,18 @@ ENTRIES = (
        "a vLLM worker stopped answering (often a tensor-parallel rank stuck in NCCL or a kernel)",
        "read the workers' last lines; check NCCL (NCCL_DEBUG=INFO), /dev/shm and the kernel log for Xids",
        REPAIR_VLLM, gate=("broadcast block",), failed_start_only=True),
+    # Pinned (locked) memory refused: NCCL over InfiniBand or OFI, UCX, llama.cpp (tests/fixtures/memlock/). A
+    # container's memlock limit is dockerd's unless --ulimit or default-ulimits raise it (seed 000: memlock=-1).
+    _e("memlock_limit", "docker",
+       r"(?:ibv_reg_mr\w*|ibv_create_cq)(?:\(\))? failed(?: with error|:) Cannot allocate memory|"
+       r"Unable to register memory[^\n]*Cannot allocate memory|failed to mlock[^\n]*Cannot allocate memory|"
+       r"RLIMIT_MLOCK|cannot allocate pinned memory",
+       "the process could not pin (lock) host memory: its memlock limit (`ulimit -l`) is too low - in a container, "
+       "dockerd's own (64 KB to 8 MB) unless raised; NCCL, UCX and data loaders pin memory for the GPUs and RDMA",
+       "run training containers with `--ulimit memlock=-1 --ulimit stack=67108864`, or give every container "
+       "those limits: gpuhost_training: true (docker's default-ulimits in daemon.json)",
+       "site.yml --tags docker -e gpuhost_training=true",
+       gate=("cannot allocate", "rlimit_mlock", "pinned memory")),
     _e("nccl_error", "other", r"NCCL (?:WARN|error)[^\n]*|ncclSystemError|ncclUnhandledCudaError|unhandled system error",
        "NCCL, the GPUs' collective library, failed", "run with NCCL_DEBUG=INFO; check /dev/shm, the GPUs' "
        "P2P and the kernel log", "playbooks/diagnose.yml", gate=("nccl",)),

@@ -74,3 +74,30 @@ def test_missing_file_is_created_0644(tmp_path):
     assert res["changed"] is True
     assert path.read_text() == '{\n    "bridge": "none"\n}'
     assert os.stat(path).st_mode & 0o777 == 0o644
+
+
+def test_training_host_gets_seed_000s_ulimits_and_keeps_the_operators(tmp_path):
+    """Seed 000's training container: --ulimit memlock=-1 --ulimit stack=67108864, as docker's default-ulimits.
+    An operator's own nofile and memlock stay as they are; a second run changes nothing."""
+    path = tmp_path / "daemon.json"
+    path.write_text('{"default-ulimits": {"nofile": {"Name": "nofile", "Hard": 65536, "Soft": 65536}}}')
+    res = run_module({"path": str(path), "options": {"bridge": "none"}, "training": True, "validate": "never"})
+    assert res["changed"] is True
+    ulimits = json.loads(path.read_text())["default-ulimits"]
+    assert ulimits == {"nofile": {"Name": "nofile", "Hard": 65536, "Soft": 65536},
+                       "memlock": {"Name": "memlock", "Hard": -1, "Soft": -1},
+                       "stack": {"Name": "stack", "Hard": 67108864, "Soft": 67108864}}
+    assert not run_module({"path": str(path), "options": {"bridge": "none"}, "training": True,
+                           "validate": "never"})["changed"]
+    operator = tmp_path / "operator.json"
+    operator.write_text('{"default-ulimits": {"memlock": {"Name": "memlock", "Hard": 1073741824, "Soft": 1073741824}}}')
+    run_module({"path": str(operator), "options": {}, "training": True, "validate": "never"})
+    kept = json.loads(operator.read_text())["default-ulimits"]
+    assert kept["memlock"]["Hard"] == 1073741824 and kept["stack"]["Soft"] == 67108864
+
+
+def test_a_serving_host_gets_no_ulimits(tmp_path):
+    path = tmp_path / "daemon.json"
+    path.write_text('{"debug": true}')
+    assert not run_module({"path": str(path), "options": {"debug": True}, "validate": "never"})["changed"]
+    assert "default-ulimits" not in json.loads(path.read_text())

@@ -393,3 +393,23 @@ def test_an_nvswitch_host_without_its_fabric_manager():
     out, text = smi_cli.answer(paste)
     assert out["command"] == "smi" and len(out["gpus"]) == 8 and out["fabric"]["verdict"] == "not_ready"
     assert "fabric: not_ready" in text
+
+
+# --- pinned memory refused (the memlock limit): NCCL over IB and OFI, UCX, llama.cpp (tests/fixtures/memlock/) ---
+MEMLOCK_FILES = sorted(os.listdir(os.path.join(FIXTURES, "memlock")))
+
+
+@pytest.mark.parametrize("name", [n for n in MEMLOCK_FILES if n.endswith(".txt")])
+def test_a_refused_memory_lock_is_the_memlock_limit_with_its_fix(name):
+    with open(os.path.join(FIXTURES, "memlock", name), encoding="utf-8") as handle:
+        text = handle.read()
+    findings = ex.explain(text)["findings"]
+    assert findings and (findings[0]["layer"], findings[0]["kind"]) == ("docker", "memlock_limit"), findings
+    assert "--ulimit memlock=-1" in findings[0]["fix"] and "gpuhost_training" in findings[0]["fix"]
+    assert findings[0]["quote"] in text
+
+
+def test_every_memlock_text_has_its_source():
+    with open(os.path.join(FIXTURES, "memlock", "README.md"), encoding="utf-8") as handle:
+        readme = handle.read()
+    assert [n for n in MEMLOCK_FILES if n.endswith(".txt") and "`%s`" % n not in readme] == []
