@@ -11,21 +11,16 @@ import json
 
 from ansible.module_utils.layers.base import evidence, result
 from ansible.module_utils.layers.container import SERVING_LABEL
+from ansible.module_utils.runs.rollout import serving_instances
 
 REMEDY = ("start it: `docker start %s` (site.yml --tags vllm starts every instance of the inventory); if it "
           "stops again, its startup log says why (`docker logs %s`, or gpuhost vllm-log)")
 
 
 def recorded_instances(record_text):
-    """The serving containers gpuhost's record says it deployed (names), [] without a record or with a broken one
+    """The serving containers gpuhost's record says it deployed, sorted; none without a record or with a broken one
     (the record's own check reads it)."""
-    try:
-        record = json.loads(record_text) if record_text else {}
-    except ValueError:
-        return []
-    vllm = record.get("vllm") if isinstance(record, dict) else None
-    instances = vllm.get("instances") if isinstance(vllm, dict) else None
-    return sorted(str(name) for name in instances or [])
+    return sorted(serving_instances(record_text))
 
 
 def _state_line(container):
