@@ -59,3 +59,18 @@ MODULE_RUNNER = ("-c", "import runpy, sys; sys.path.insert(0, %r); "
                  "from gpuhost_cli.module_utils_path import install; install(%r); "
                  "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
                  % (os.path.join(ROOT, "bin"), os.path.join(ROOT, "module_utils")))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The molecule scenarios' seconds, as a table at the end of `make test` / `make molecule`: where the minutes
+    go. (Here, not in tests/molecule/conftest.py: a second conftest module would shadow this one's name, which
+    the tests import.)"""
+    scenarios = sys.modules.get("test_scenarios")
+    durations = getattr(scenarios, "DURATIONS", None)
+    if not durations:
+        return
+    terminalreporter.section("molecule scenarios: seconds")
+    for scenario, returncode, seconds in durations:
+        terminalreporter.write_line("%-16s %6.0f  %s" % (scenario, seconds, "ok" if returncode == 0 else "FAILED"))
+    total = sum(seconds for _name, _rc, seconds in durations)
+    terminalreporter.write_line("%-16s %6.0f  (%.1f min)" % ("total", total, total / 60))

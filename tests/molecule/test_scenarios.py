@@ -15,7 +15,7 @@ SCENARIOS = os.environ.get("GPUHOST_SCENARIOS", "default").split()
 CLEANUP = os.path.join(ROOT, "tests", "harness", "cleanup.sh")
 # Each scenario's whole log, kept for reading after a green run too (profile_tasks' timings are in it).
 LOG_DIR = os.path.join(ROOT, ".cache", "molecule-logs")
-# Each scenario's result and seconds, for the table at the end of the run (conftest.py prints it).
+# Each scenario's result and seconds, for the table at the end of the run (tests/conftest.py prints it).
 DURATIONS = []
 
 
