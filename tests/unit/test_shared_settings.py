@@ -78,35 +78,33 @@ _DEFAULT = re.compile(r"\|\s*(?:default|d)\s*\(")
 _LITERAL = re.compile(r"""^(?:'[^']*'|"[^"]*"|-?\d+(?:\.\d+)?|true|false|True|False|none|None|\[.*\]|\{.*\})$""", re.S)
 
 
-def _closing(text, start):
-    """The text from start to the parenthesis that closes the one opened just before it."""
-    depth, i = 1, start
-    while i < len(text) and depth:
-        char = text[i]
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif char in "'\"":
-            i = text.index(char, i + 1)
-        i += 1
-    return text[start:i - 1]
-
-
-def _first_argument(text):
-    depth, i = 0, 0
+def _scan(text, start, depth, stop_at_comma):
+    """Index where the bracket depth, counted from start (quotes skipped), falls to 0 - or, with stop_at_comma, of
+    the first comma at depth 0; len(text) when neither comes."""
+    i = start
     while i < len(text):
         char = text[i]
         if char in "([{":
             depth += 1
         elif char in ")]}":
             depth -= 1
+            if depth == 0 and not stop_at_comma:
+                return i
         elif char in "'\"":
             i = text.index(char, i + 1)
-        elif char == "," and depth == 0:
-            return text[:i].strip()
+        elif char == "," and depth == 0 and stop_at_comma:
+            return i
         i += 1
-    return text.strip()
+    return len(text)
+
+
+def _closing(text, start):
+    """The text from start to the parenthesis that closes the one opened just before it."""
+    return text[start:_scan(text, start, 1, False)]
+
+
+def _first_argument(text):
+    return text[:_scan(text, 0, 0, True)].strip()
 
 
 def last_fallback(argument):
