@@ -87,8 +87,9 @@ def main():
     after = dict(before)
     after[section] = merge(current, module.params["data"])
     for key, names in module.params["remove"].items():
+        dropped = set(str(name) for name in names or [])
         if isinstance(after[section].get(key), dict):
-            after[section][key] = dict((k, v) for k, v in after[section][key].items() if k not in [str(n) for n in names or []])
+            after[section][key] = dict((k, v) for k, v in after[section][key].items() if k not in dropped)
     if not after[section] and section not in before:  # nothing to record: no empty section
         del after[section]
     changed = after != before

@@ -23,6 +23,10 @@ def recorded_instances(record_text):
     return sorted(serving_instances(record_text))
 
 
+def _plural(names):
+    return "s" if len(names) > 1 else ""
+
+
 def _state_line(container):
     state = container.get("State") or {}
     policy = ((container.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or "no"
@@ -55,16 +59,16 @@ def check_serving_running(inspected, recorded, labelled):
     data = {"running": [n for n in names if n in by_name and n not in stopped], "stopped": stopped,
             "missing": missing}
     if stopped or missing:
-        named = stopped + missing
-        summary = "; ".join(
-            ["serving container%s %s not running" % ("s" if len(stopped) > 1 else "", ", ".join(stopped))] if stopped
-            else []) + ("; " if stopped and missing else "") + (
-            "recorded instance%s %s ha%s no container" % ("s" if len(missing) > 1 else "", ", ".join(missing),
-                                                          "ve" if len(missing) > 1 else "s") if missing else "")
+        parts = []
+        if stopped:
+            parts.append("serving container%s %s not running" % (_plural(stopped), ", ".join(stopped)))
+        if missing:
+            parts.append("recorded instance%s %s %s no container"
+                         % (_plural(missing), ", ".join(missing), "have" if len(missing) > 1 else "has"))
         remedy = (REMEDY % (" ".join(stopped), stopped[0]) if stopped else
                   "deploy it again: site.yml --tags vllm (or drop it from the record with vllm_absent)")
-        return result("serving_running", "serving", "fail", summary, remedy=remedy,
-                      ev=evidence(command, lines), data=dict(data, names=named))
+        return result("serving_running", "serving", "fail", "; ".join(parts), remedy=remedy,
+                      ev=evidence(command, lines), data=dict(data, names=stopped + missing))
     return result("serving_running", "serving", "ok", "%d serving container(s) running" % len(data["running"]),
                   ev=evidence(command, lines), data=data)
 
@@ -74,9 +78,8 @@ def _serving_running(ctx):
         return result("serving_running", "serving", "skipped", "%s is not running" % ctx.engine
                       if ctx.engine == "docker" else "serving containers run on docker",
                       ev=evidence("docker ps -a --filter label=" + SERVING_LABEL))
-    every = ctx.get("serving_all") or {}
-    labelled = [n.strip() for n in (every.get("stdout") or "").splitlines() if n.strip()] if every.get("rc") == 0 else []
-    return check_serving_running(ctx.get("serving_inspect"), recorded_instances(ctx.get("record")), labelled)
+    return check_serving_running(ctx.get("serving_inspect"), recorded_instances(ctx.get("record")),
+                                 ctx.get("serving_names") or [])
 
 
 CHECKS = {"serving_running": _serving_running}

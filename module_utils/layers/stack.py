@@ -216,8 +216,8 @@ def capture(io, options=None):
                                         for name in _lines(caps["serving"]["stdout"]) if name.strip())
         # Every serving container, running or not: the device requests of one that exits and restarts.
         every = _run(io, [docker, "ps", "-a", "--filter", "label=" + SERVING_LABEL, "--format", "{{.Names}}"])
-        caps["serving_all"] = every
         names = [n.strip() for n in _lines(every["stdout"])] if every["rc"] == 0 else []
+        caps["serving_names"] = names
         if names:
             caps["serving_inspect"] = _run(io, [docker, "inspect"] + names)
     if info and opts["container_check"]:

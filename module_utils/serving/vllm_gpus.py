@@ -6,7 +6,7 @@
 
 Pure functions, stdlib only, Python >= 3.9 (shipped to hosts as module_utils).
 """
-from ansible.module_utils.gpu.gpu_refs import MIG_DEVICE_REF, gpu_named, is_mig_ref
+from ansible.module_utils.gpu.gpu_refs import MIG_DEVICE_REF, gpu_named, is_mig_ref, parse_gpu_ref
 from ansible.module_utils.gpu.nvsmi_parse import merge_mig_listing
 from ansible.module_utils.serving.vllm_plan_inputs import PlanError
 
@@ -41,9 +41,9 @@ def resolve_gpus(gpu_ids, gpus, listing=None):
                         "parallelism across MIG devices)" % ", ".join(ids))
     if migs:
         ref = migs[0]
-        match = MIG_DEVICE_REF.match(ref)
-        if match:
-            key = (int(match.group(1)), int(match.group(2)))
+        parsed = parse_gpu_ref(ref)
+        if parsed["kind"] == "mig":
+            key = (parsed["gpu"], parsed["device"])
         else:
             key = next((k for k, dev in listed.items() if dev["uuid"] == ref), None)
             if key is None:
