@@ -15,7 +15,7 @@ DOCUMENTATION = r"""
 module: gpuhost_rollout
 short_description: Say whether a host's run disrupts it, and so how it goes through the rollout
 description:
-  - A host's run disrupts it when its driver changes or it reboots (O(driver_disruption), from the driver's
+  - A host's run disrupts it when its driver changes or it reboots (O(driver_plan), the driver's
     prediction), or when it serves containers that the run may restart (the serving containers its record,
     O(record_path), holds). Such a host goes through in batches (RV(group) C(batched)), every other host in one
     pass (C(parallel)).
@@ -29,12 +29,7 @@ options:
         registers as C(nvidia_driver_predicted_plan). Its C(disruption) counts; nothing when the task skipped (no
         NVIDIA GPU); a plan that failed (a fresh host whose driver sources the run adds) counts as a disruption,
         with its reason.
-      - Mutually exclusive with O(driver_disruption).
     type: dict
-  driver_disruption:
-    description: What the driver's run would do to the host as text, empty when nothing (instead of O(driver_plan)).
-    type: str
-    default: ""
   disruption_batch:
     description: The run's batch (gpuhost_rollout_settings' C(disruption_batch)), for the message.
     type: raw
@@ -85,16 +80,13 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             driver_plan=dict(type="dict"),
-            driver_disruption=dict(type="str", default=""),
             disruption_batch=dict(type="raw", default=1),
             record_path=dict(type="path", default="/etc/ansible/facts.d/gpuhost.fact"),
         ),
-        mutually_exclusive=[("driver_plan", "driver_disruption")],
         supports_check_mode=True,
     )
     params = module.params
-    disruption = driver_disruption(params["driver_plan"]) if params["driver_plan"] is not None else params["driver_disruption"]
-    module.exit_json(changed=False, **host_plan(disruption, serving_instances(
+    module.exit_json(changed=False, **host_plan(driver_disruption(params["driver_plan"]), serving_instances(
         read_text(params["record_path"])), params["disruption_batch"]))
 
 

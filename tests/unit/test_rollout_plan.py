@@ -179,15 +179,16 @@ def test_batch_settings_refused_say_which_and_how(values, words):
 def test_the_modules_through_ansible(tmp_path):
     record = tmp_path / "gpuhost.fact"
     record.write_text(json.dumps(RECORDS["serving"]))
-    result = run_ansible_module("gpuhost_rollout", {"driver_disruption": "", "disruption_batch": "10%",
-                                                    "record_path": str(record)})
+    result = run_ansible_module("gpuhost_rollout", {"driver_plan": {"changed": False, "disruption": ""},
+                                                    "disruption_batch": "10%", "record_path": str(record)})
     assert result["group"] == "batched" and not result["changed"]
     assert result["message"].startswith("rollout: in batches of 10% (serving containers qwen25-3b-awq-0, ")
     result = run_ansible_module("gpuhost_rollout", {"driver_plan": {"failed": True, "msg": "no sources yet"},
                                                     "record_path": str(tmp_path / "none.fact")})
     assert result["reasons"] == ["no driver plan yet: no sources yet"] and result["group"] == "batched"
-    result = run_ansible_module("gpuhost_rollout", {"driver_plan": {}, "driver_disruption": DRIVER})
-    assert result["failed"] and "mutually exclusive" in result["msg"]
+    result = run_ansible_module("gpuhost_rollout", {"driver_plan": {"changed": False, "disruption": DRIVER},
+                                                    "record_path": str(tmp_path / "none.fact")})
+    assert result["reasons"] == [DRIVER] and result["group"] == "batched"
     result = run_ansible_module("gpuhost_rollout_settings", {"disruption_batch": [1, 2]})
     assert result["failed"] and "the hosts have 1, 2." in result["msg"]
     result = run_ansible_module("gpuhost_rollout_settings", {"serial": ["50%"]})
