@@ -136,10 +136,13 @@ options:
     default: /usr/bin/nvidia-smi
   record_path:
     description:
-      - "The host's record (local facts file); the C(held_by_gpuhost) of its C(driver) section tells which
-        holds gpuhost made. Any other hold on a driver package is the operator's. Read from the file, so
-        it also works with C(gather_facts: false)."
-      - Records older than C(held_by_gpuhost) count their C(packages) as held by gpuhost.
+      - "The host's record (local facts file); the C(held_versions) of its C(driver) section tells which
+        holds gpuhost made, and on which version. A hold is gpuhost's only when gpuhost held that package at the
+        version installed now; any other hold on a driver package is the operator's (an operator who downgrades
+        the driver and holds the same names holds it). Read from the file, so it also works with
+        C(gather_facts: false)."
+      - Records older than C(held_versions) count their C(held_by_gpuhost) (older still, their C(packages)) as
+        gpuhost's when their C(version) is the installed driver's.
     type: path
     default: /etc/ansible/facts.d/gpuhost.fact
   release_operator_holds:
@@ -244,7 +247,8 @@ predicted:
   type: bool
 installed:
   description: The installed driver - C(package) (ships nvidia-smi), C(version), C(upstream), C(branch),
-    C(kernel_modules), C(packages) (installed packages of that driver, what the role holds), C(held).
+    C(kernel_modules), C(packages) (installed packages of that driver, what the role holds), C(held),
+    C(versions) (package to dpkg version).
   returned: when query_host
   type: dict
 verify_errors:
@@ -263,10 +267,14 @@ disruption:
   returned: when query_host
   type: str
 holds:
-  description: The held driver packages by who held them, C(ours) (gpuhost) and C(operator).
+  description:
+    - The held driver packages by who held them, C(ours) (gpuhost held them on the version installed now) and
+      C(operator); and what the role records after holding the rest, C(gpuhost) (names) and
+      C(gpuhost_versions) (name to the dpkg version held).
   returned: when query_host
   type: dict
-  sample: {ours: [], operator: [nvidia-driver-570-server]}
+  sample: {ours: [], operator: [nvidia-driver-570-server], gpuhost: [nvidia-utils-570-server],
+           gpuhost_versions: {nvidia-utils-570-server: 570.195.03-0ubuntu0.24.04.1}}
 operator_pins:
   description:
     - The stanzas of apt preferences files other than O(pin_path) that stand in the way of the planned change

@@ -239,13 +239,15 @@ def installed_driver(dpkg, smi_owner, main_candidates=()):
         owner = next((p for p in main_candidates if dpkg.get(p, {}).get("installed")), None)
     if owner is None:
         return {"package": None, "version": None, "upstream": None, "branch": None,
-                "kernel_modules": installed_kernel_modules(dpkg), "packages": [], "held": []}
+                "kernel_modules": installed_kernel_modules(dpkg), "packages": [], "held": [],
+                "versions": {}}
     version = dpkg[owner]["version"]
     upstream = upstream_version(version)
     packages = driver_packages(dpkg, upstream, driver_branch(upstream))
     return {"package": owner, "version": version, "upstream": upstream, "branch": driver_branch(upstream),
             "kernel_modules": installed_kernel_modules(dpkg), "packages": packages,
-            "held": [p for p in packages if dpkg[p]["held"]]}
+            "held": [p for p in packages if dpkg[p]["held"]],
+            "versions": dict((p, dpkg[p]["version"]) for p in packages)}
 
 
 def driver_packages(dpkg, upstream, branch, also=()):

@@ -281,19 +281,29 @@ def verify_installed(result_plan, installed):
 
 
 def hold_owners(installed, record):
-    """Which of the held driver packages gpuhost held (`ours`) and which the operator did (`operator`).
+    """Which of the held driver packages gpuhost held (`ours`) and which the operator did (`operator`), and
+    what gpuhost's record says after this run holds the rest (`gpuhost`, `gpuhost_versions`).
 
-    `record` is the host's recorded driver section (ansible_local.gpuhost.driver) or None. Runs before
-    `held_by_gpuhost` was recorded held every package they recorded, so those count as ours.
+    `record` is the host's recorded driver section (ansible_local.gpuhost.driver) or None. A hold is
+    gpuhost's only if gpuhost set it on the version installed now: an operator who downgrades the driver and
+    holds the same package names has made holds of their own. Records before `held_versions` tell the
+    version by the driver they recorded (`version`); runs before `held_by_gpuhost` held every package they
+    recorded.
     """
     record = record or {}
-    if "held_by_gpuhost" in record:
-        ours = set(record.get("held_by_gpuhost") or [])
+    versions = installed.get("versions") or {}
+    if "held_versions" in record:
+        recorded = record.get("held_versions") or {}
+        ours = set(p for p, version in recorded.items() if versions.get(p) == version)
     else:
-        ours = set(record.get("packages") or [])
+        names = record.get("held_by_gpuhost") if "held_by_gpuhost" in record else record.get("packages")
+        same_driver = record.get("version") in (None, installed.get("upstream"))
+        ours = set(names or []) if same_driver else set()
     held = installed.get("held") or []
-    return {"ours": sorted(p for p in held if p in ours),
-            "operator": sorted(p for p in held if p not in ours)}
+    operator = sorted(p for p in held if p not in ours)
+    gpuhost = sorted(p for p in installed.get("packages") or [] if p not in operator)
+    return {"ours": sorted(p for p in held if p in ours), "operator": operator,
+            "gpuhost": gpuhost, "gpuhost_versions": dict((p, versions.get(p)) for p in gpuhost)}
 
 
 def operator_hold_error(result_plan, operator_held):

@@ -436,16 +436,40 @@ def test_holds_not_recorded_as_gpuhosts_are_the_operators():
     assert owners["ours"] == ["nvidia-driver", "nvidia-smi"]
     assert owners["operator"] == sorted(set(DRIVER_PKGS) - {"nvidia-driver", "nvidia-smi"})
     # no record at all (a driver the operator installed and held): every hold is the operator's
-    assert dp.hold_owners(result["installed"], None) == {"ours": [], "operator": DRIVER_PKGS}
+    no_record = dp.hold_owners(result["installed"], None)
+    assert (no_record["ours"], no_record["operator"], no_record["gpuhost"]) == ([], DRIVER_PKGS, [])
 
 
 def test_records_older_than_held_by_gpuhost_count_their_packages_as_gpuhosts():
     result = dp.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
     owners = dp.hold_owners(result["installed"], {"version": "580.105.08", "packages": DRIVER_PKGS})
-    assert owners == {"ours": DRIVER_PKGS, "operator": []}
+    assert (owners["ours"], owners["operator"]) == (DRIVER_PKGS, [])
     # an empty held_by_gpuhost is a record that gpuhost held nothing, not an old record
     owners = dp.hold_owners(result["installed"], {"packages": DRIVER_PKGS, "held_by_gpuhost": []})
     assert owners["operator"] == DRIVER_PKGS
+
+
+def test_a_hold_is_gpuhosts_only_on_the_version_gpuhost_held_it_at():
+    result = dp.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
+    installed = result["installed"]
+    assert installed["versions"]["nvidia-smi"] == "580.105.08-1"
+    held_then = dict((p, installed["versions"][p]) for p in DRIVER_PKGS)
+    owners = dp.hold_owners(installed, {"version": "580.105.08", "held_by_gpuhost": DRIVER_PKGS,
+                                        "held_versions": held_then})
+    assert owners["ours"] == DRIVER_PKGS and owners["operator"] == []
+    assert owners["gpuhost"] == sorted(installed["packages"])
+    assert owners["gpuhost_versions"]["nvidia-smi"] == "580.105.08-1"
+    # The operator downgraded and held the same names: gpuhost held them on 580.126.09, so these holds are
+    # the operator's (the run must not release them), and gpuhost records nothing of them as its own.
+    newer = dict((p, "580.126.09-1") for p in DRIVER_PKGS)
+    owners = dp.hold_owners(installed, {"version": "580.126.09", "held_by_gpuhost": DRIVER_PKGS,
+                                        "held_versions": newer})
+    assert owners["ours"] == [] and owners["operator"] == DRIVER_PKGS
+    assert not set(DRIVER_PKGS) & set(owners["gpuhost"])
+    # A record from before held_versions: its driver version tells whether the names still hold.
+    old = dp.hold_owners(installed, {"version": "580.126.09", "held_by_gpuhost": DRIVER_PKGS})
+    assert old["operator"] == DRIVER_PKGS
+    assert dp.hold_owners(installed, {"version": "580.105.08", "held_by_gpuhost": DRIVER_PKGS})["ours"] == DRIVER_PKGS
 
 
 def test_a_change_under_the_operators_holds_is_refused_naming_packages_versions_and_variable():

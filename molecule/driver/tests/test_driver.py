@@ -75,8 +75,9 @@ def test_fact_file_records_the_loaded_driver(host):
     data = json.loads(host.file("/etc/ansible/facts.d/gpuhost.fact").content_string)
     assert data["driver"] == {"version": "580.105.08", "branch": 580, "kernel_modules": "open",
                               "packages": packages(host),
-                              # every hold is gpuhost's own on a host gpuhost installed
-                              "held_by_gpuhost": packages(host)}
+                              # every hold is gpuhost's own on a host gpuhost installed, at the version dpkg has
+                              "held_by_gpuhost": packages(host),
+                              "held_versions": dict((name, dpkg(host, name)[0]) for name in packages(host))}
 
 
 def test_driver_changed_topic_fired_once(host):

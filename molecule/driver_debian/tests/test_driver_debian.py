@@ -56,8 +56,11 @@ def test_open_module_loaded_and_recorded(gpu):
     assert "Open Kernel Module for x86_64  580.105.08 " in gpu.file("/proc/driver/nvidia/version").content_string
     data = json.loads(gpu.file("/etc/ansible/facts.d/gpuhost.fact").content_string)
     assert data["driver"] == {"version": "580.105.08", "branch": 580, "kernel_modules": "open", "packages": PACKAGES,
-                              # every hold is gpuhost's own on a host gpuhost installed
-                              "held_by_gpuhost": sorted(PACKAGES)}
+                              # every hold is gpuhost's own on a host gpuhost installed, at the version dpkg has
+                              "held_by_gpuhost": sorted(PACKAGES),
+                              "held_versions": dict(
+                                  (name, gpu.check_output("dpkg-query -W -f '${Version}' %s", name))
+                                  for name in PACKAGES)}
 
 
 def test_persistence_through_debians_unit_without_a_drop_in(gpu):
