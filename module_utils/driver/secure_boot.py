@@ -612,10 +612,8 @@ def boot_facts(caps, branch=None):
     without = set(k["kver"] for k in stranded)
     with_module = [k for k in installed if paths.get(k) or (k != running and k not in without)]
     if running and deps.get(running) is not None and not running_path:
-        stranded.insert(0, {"kver": running, "newer": False,
-                            "fix": "install (or reinstall) the driver's kernel module package: modules.dep of "
-                                   "the running kernel %s lists no nvidia module (site.yml --tags driver; `dkms "
-                                   "status` says whether a build failed)" % running})
+        stranded.insert(0, {"kver": running, "newer": False, "fix": running_kernel_fix(
+            running, source["kind"], branch, signed.get("open", False), signed.get("server", True))})
     dkms = load_verdict(state, DKMS, test_key["enrolled"] if test_key else None, caps.get("distribution"), branch,
                         None, signed.get("open", False))
     next_boot = next_boot_kernel(installed)
@@ -632,6 +630,19 @@ def boot_facts(caps, branch=None):
             "dkms_refusal": dkms_refusal(state, dkms),
             "kernels": {"running": running, "installed": installed, "with_module": with_module,
                         "next_boot": next_boot, "next_boot_has_module": has_module, "stranded": stranded}}
+
+
+def running_kernel_fix(running, module_kind, branch=None, open_modules=False, server=True):
+    """How the running kernel, whose modules.dep lists no nvidia module, gets one back: built or installed for
+    that kernel, then loaded; no reboot (the same kernel would come up without it again)."""
+    if module_kind == SIGNED_PREBUILT:
+        get = "install %s" % (signed_modules_metapackage(branch, running, open_modules, server) if branch else
+                              "linux-modules-nvidia-<branch>-server-%s" % running)
+    else:
+        get = ("build it: `dkms autoinstall -k %s` (needs linux-headers-%s), or reinstall the driver's DKMS "
+               "package (`apt-get install --reinstall` of it), which builds for the running kernel" % (running, running))
+    return ("the running kernel %s has no nvidia module (modules.dep lists none): %s, then `modprobe nvidia`; "
+            "`dkms status` says whether a build failed" % (running, get))
 
 
 def dkms_refusal(state, dkms_verdict):

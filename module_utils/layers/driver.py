@@ -313,9 +313,25 @@ def _pci(ctx):
     return guarded("pci", "driver", check_pci, ctx.facts, ctx.gpu.get("lspci"))
 
 
+def stranded_kernel_leads(check, boot):
+    """A module that is not loaded because the running kernel has none: that cause leads, with its remedy (the
+    `modprobe nvidia` of the generic remedy fails there, and a reboot starts the same kernel without it)."""
+    if check["status"] != "fail" or check["data"].get("version"):
+        return check
+    kernels = (boot or {}).get("kernels") or {}
+    running = kernels.get("running")
+    hit = next((k for k in kernels.get("stranded") or [] if k.get("kver") == running), None)
+    if not running or not hit:
+        return check
+    return result("kernel_module", "driver", "fail", "%s: no nvidia module is installed for the running kernel %s"
+                  % (check["summary"], running), remedy=hit["fix"], ev=check["evidence"],
+                  data=dict(check["data"], running_kernel_without_module=running))
+
+
 def _kernel_module(ctx):
-    return guarded("kernel_module", "driver", check_kernel_module, ctx.gpu.get("proc_version"), ctx.facts,
-                   ctx.gpu.get("proc_version_path") or DEFAULT_PROC_VERSION)
+    check = guarded("kernel_module", "driver", check_kernel_module, ctx.gpu.get("proc_version"), ctx.facts,
+                    ctx.gpu.get("proc_version_path") or DEFAULT_PROC_VERSION)
+    return stranded_kernel_leads(check, ctx.get("boot"))
 
 
 def _module_signature(ctx):

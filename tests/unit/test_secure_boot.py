@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from driver import secure_boot as sb
+from layers import driver as layers_driver
 from layers import stack_check as sc
 from conftest import FIXTURES, ROOT
 
@@ -520,7 +521,11 @@ def test_running_kernel_whose_module_is_gone():
                  "/lib/modules/6.1.0-28-amd64/modules.dep": "kernel/fs/fat/fat.ko:\n"})
     facts = sb.boot_facts(sb.capture(io, "Debian"))
     assert facts["kernels"]["next_boot"] == "6.1.0-28-amd64"
-    assert "install (or reinstall) the driver's kernel module package" in sb.next_boot_problem(facts)
+    problem = sb.next_boot_problem(facts)
+    # Debian's module comes from DKMS: build it for this kernel (or reinstall the package), then load it
+    assert "`dkms autoinstall -k 6.1.0-28-amd64` (needs linux-headers-6.1.0-28-amd64)" in problem
+    assert "`apt-get install --reinstall`" in problem and "then `modprobe nvidia`" in problem
+    assert "site.yml --tags driver" not in problem
     # a kernel whose modules.dep cannot be read (no /lib/modules/<kver>) says nothing about the module
     io.files.pop("/lib/modules/6.1.0-28-amd64/modules.dep")
     assert sb.next_boot_problem(sb.boot_facts(sb.capture(io, "Debian"))) is None
@@ -586,3 +591,21 @@ def test_modules_dep_decides_the_source_where_modinfo_says_nothing():
                  "/lib/modules/6.12.48-amd64/modules.dep": load(DEP_1517)})
     module = sb.boot_facts(sb.capture(io, "Debian"))["module"]
     assert module["kind"] == sb.DKMS and module["evidence"] == "modules.dep: /lib/modules/6.12.48-amd64/updates/dkms/nvidia.ko.xz"
+
+
+def test_a_module_not_loaded_because_the_running_kernel_has_none_names_that_cause_first():
+    io = BootIO({"/proc/sys/kernel/osrelease": "6.1.0-28-amd64\n",
+                 "/lib/modules/6.1.0-28-amd64/modules.dep": "kernel/fs/fat/fat.ko:\n"})
+    boot = sb.boot_facts(sb.capture(io, "Debian"))
+    facts = {"state": "driver_not_loaded", "nvidia_smi_path": "/usr/bin/nvidia-smi"}
+    plain = layers_driver.check_kernel_module(None, facts)
+    assert plain["status"] == "fail" and "modprobe nvidia" in plain["remedy"]
+    led = layers_driver.stranded_kernel_leads(plain, boot)
+    assert led["status"] == "fail"
+    assert "no nvidia module is installed for the running kernel 6.1.0-28-amd64" in led["summary"]
+    assert led["remedy"].startswith("the running kernel 6.1.0-28-amd64 has no nvidia module")
+    assert "dkms autoinstall -k 6.1.0-28-amd64" in led["remedy"]
+    assert led["data"]["running_kernel_without_module"] == "6.1.0-28-amd64"
+    # the running kernel has its module: the plain verdict stands
+    io.files["/lib/modules/6.1.0-28-amd64/modules.dep"] = "updates/dkms/nvidia.ko:\n"
+    assert layers_driver.stranded_kernel_leads(plain, sb.boot_facts(sb.capture(io, "Debian"))) == plain
