@@ -221,8 +221,8 @@ checks:
       C(evidence) (C(command), C(rc), C(lines)) and C(data).
     - "Names: hardware, pci, kernel_module, module_signature, next_boot, device_nodes, nvml, fabric, persistence, docker (containerd on a
       containerd engine), toolkit, runtime, dev_char, cdi_spec,
-      cdi_list, container_gpus, gpus_path, container_cdi, container_cuda, serving_gpus, zombies, throttle,
-      xid."
+      cdi_list, container_gpus, gpus_path, container_cdi, container_cuda, serving_gpus, serving_running, zombies,
+      throttle, xid, compute_mode."
   returned: always
   type: list
   elements: dict

@@ -149,7 +149,11 @@ options:
     type: list
     elements: dict
   processes:
-    description: The host's GPU processes (facts - pid, gpu_index, used_mib); memory they hold counts unless theirs.
+    description:
+      - The host's GPU processes (facts - pid, gpu_index, name, used_mib); memory they hold counts unless theirs.
+      - With the GPU facts' C(compute_mode), another process on an Exclusive_Process GPU refuses the instances placed
+        there (no second process may create a CUDA context on it), as does a Prohibited GPU or an
+        Exclusive_Process GPU that several instances share.
     type: list
     elements: dict
     default: []
@@ -332,7 +336,7 @@ held_mib:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.serving.vllm_host_plan import held_by_others, plan_host
+from ansible.module_utils.serving.vllm_host_plan import held_by_others, other_processes, plan_host
 from ansible.module_utils.serving.vllm_measured import load_measurements
 from ansible.module_utils.serving.vllm_plan import plan, refuse_message
 from ansible.module_utils.serving.vllm_plan_inputs import PlanError
@@ -395,9 +399,11 @@ def run(params, read=read_file):
         if not params.get("gpus") or not params.get("models_dir"):
             raise PlanError("host_instances needs gpus (the GPU facts) and models_dir")
         cgroups = {p.get("pid"): read("/proc/%s/cgroup" % p.get("pid")) for p in params["processes"]}
+        others = other_processes(params["processes"], cgroups, params["own_container_ids"])
         held = held_by_others(params["processes"], cgroups, params["own_container_ids"])
         measurements = load_measurements(read(params["measured_path"]))
-        result = plan_host(params["host_instances"], params["gpus"], params["models_dir"], held, measurements)
+        result = plan_host(params["host_instances"], params["gpus"], params["models_dir"], held, measurements,
+                           others=others)
         result["held_mib"] = held
         result["placement"] = placement_warnings(params["topology"], params["host_instances"]) \
             if params.get("topology") else []

@@ -2,10 +2,13 @@
 # Copyright (c) gpuhost contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Layer `health`: GPU memory held by processes that are gone, active throttle reasons, Xid errors since boot."""
+"""Layer `health`: GPU memory held by processes that are gone, active throttle reasons, Xid errors since boot, and
+compute modes that keep processes off a GPU."""
+import json
 import re
 
 from ansible.module_utils.diagnosis import error_catalogue as catalogue
+from ansible.module_utils.gpu.compute_mode import DEFAULT, context_blocked, mps_served, processes_by_gpu
 from ansible.module_utils.layers.base import (
     MAX_EVIDENCE_LINES, _cmd, _grep, _kernel_log_unread, _lines, evidence, guarded, result)
 
@@ -150,6 +153,65 @@ def check_xid(cap, command="dmesg"):
                   ev=ev, data=data)
 
 
+def serving_container_ids(inspected):
+    """The ids of the serving containers in a `docker inspect` capture (none when it failed)."""
+    if not inspected or inspected.get("rc") != 0:
+        return []
+    try:
+        containers = json.loads(inspected.get("stdout") or "[]")
+    except ValueError:
+        return []
+    return [c.get("Id") for c in containers if isinstance(c, dict) and c.get("Id")]
+
+
+def check_compute_mode(facts, cgroups=None, serving_ids=()):
+    """Each GPU's compute mode against its processes: a Prohibited GPU takes no CUDA process, an Exclusive_Process
+    GPU one; a process other than a serving container holding such a GPU keeps every serving container off it.
+
+    cgroups: {pid: /proc/PID/cgroup text} of the GPU processes (read only when a GPU is not in Default mode);
+    serving_ids: the serving containers' ids."""
+    command = "nvidia-smi --query-gpu=index,compute_mode,mig.mode.current --format=csv; cat /proc/PID/cgroup"
+    gpus = facts.get("gpus") or []
+    if facts.get("state") != "ok" or not gpus:
+        return result("compute_mode", "health", "skipped", "nvidia-smi does not work (driver layer)",
+                      ev=evidence(command))
+    if all(g.get("compute_mode") is None for g in gpus):
+        return result("compute_mode", "health", "skipped", "nvidia-smi reports no compute mode", ev=evidence(command))
+    cgroups = cgroups or {}
+
+    def serving(proc):
+        text = cgroups.get(proc.get("pid")) or ""
+        return any(cid in text for cid in serving_ids or ())
+
+    on_gpu = processes_by_gpu(facts.get("processes"))
+    lines, blocked, modes = [], [], {}
+    for gpu in gpus:
+        mode = gpu.get("compute_mode")
+        modes[str(gpu.get("index"))] = mode
+        holders = on_gpu.get(int(gpu["index"]), []) if gpu.get("index") is not None else []
+        others = [p for p in holders if not serving(p)]
+        lines.append("GPU %s: %s%s" % (gpu.get("index"), mode or "unknown", "".join(
+            "; pid %s %s%s" % (p.get("pid"), p.get("name"), " (serving container)" if serving(p) else "")
+            for p in holders)))
+        why = context_blocked(gpu, others) if mode != DEFAULT else None
+        if why:
+            blocked.append({"gpu_index": gpu.get("index"), "compute_mode": mode, "reason": why,
+                            "holders": [{"pid": p.get("pid"), "name": p.get("name")} for p in others]})
+    ev = evidence(command, lines)
+    data = {"modes": modes, "blocked": blocked}
+    if blocked:
+        return result("compute_mode", "health", "fail", "; ".join(b["reason"].split("; fix: ")[0] for b in blocked),
+                      remedy="; ".join("GPU %s: %s" % (b["gpu_index"], b["reason"].split("; fix: ", 1)[1])
+                                       for b in blocked), ev=ev, data=data)
+    special = sorted(set(m for m in modes.values() if m not in (None, DEFAULT)))
+    if special:
+        mps = [str(g.get("index")) for g in gpus if mps_served(on_gpu.get(int(g["index"]), []))]
+        return result("compute_mode", "health", "ok", "compute modes %s%s: no other process holds those GPUs"
+                      % (", ".join("GPU %s %s" % (i, m) for i, m in sorted(modes.items()) if m not in (None, DEFAULT)),
+                         " (MPS server on GPU %s)" % ", ".join(mps) if mps else ""), ev=ev, data=data)
+    return result("compute_mode", "health", "ok", "every GPU in compute mode Default", ev=ev, data=data)
+
+
 def _zombies(ctx):
     return guarded("zombies", "health", check_zombies, ctx.facts, ctx.gpu)
 
@@ -162,4 +224,9 @@ def _xid(ctx):
     return guarded("xid", "health", check_xid, ctx.get("kernel_log"), ctx.opts["kernel_log_command_text"])
 
 
-CHECKS = {"zombies": _zombies, "throttle": _throttle, "xid": _xid}
+def _compute_mode(ctx):
+    return guarded("compute_mode", "health", check_compute_mode, ctx.facts, ctx.get("gpu_process_cgroups"),
+                   serving_container_ids(ctx.get("serving_inspect")))
+
+
+CHECKS = {"zombies": _zombies, "throttle": _throttle, "xid": _xid, "compute_mode": _compute_mode}

@@ -132,7 +132,7 @@ REGISTRY = (
     # the running ones.
     _layer("serving", "vLLM serving", required=False, roles=("vllm",), tags=("vllm",), checks=("serving_running",), drift=True,
            repair=("vllm",), catalogue=("vllm_config", "vllm_memory")),
-    _layer("health", "GPU health", required=False, checks=("zombies", "throttle", "xid")),
+    _layer("health", "GPU health", required=False, checks=("zombies", "throttle", "xid", "compute_mode")),
 )
 
 # The role that checks the layers (site.yml's last layer role, diagnose.yml's only one) and its tag.

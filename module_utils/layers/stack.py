@@ -152,6 +152,10 @@ def capture(io, options=None):
     caps["pid_exists"] = lambda pid: io.exists("/proc/%d" % int(pid))
     facts = build_facts(gpu, pid_exists=caps["pid_exists"])
     caps["facts"] = facts
+    if any(g.get("compute_mode") not in (None, "Default") for g in facts.get("gpus") or []):
+        # Whose are the processes on a GPU one process at a time may use: a serving container's, or another's.
+        caps["gpu_process_cgroups"] = dict((p["pid"], io.read("/proc/%d/cgroup" % int(p["pid"])))
+                                           for p in facts.get("processes") or [] if p.get("pid") is not None)
     nodes = {}
     for name in io.listdir("/dev") or []:
         if name.startswith("nvidia"):

@@ -9,6 +9,7 @@ Pure functions, stdlib only, Python >= 3.9 (shipped to hosts as module_utils).
 """
 import os
 
+from ansible.module_utils.gpu.compute_mode import context_blocked, processes_by_gpu
 from ansible.module_utils.serving.vllm_args import read as read_args
 from ansible.module_utils.serving.vllm_gpus import _device_keys, _device_of, _with_mig_devices
 from ansible.module_utils.serving.vllm_measured import measurement_key
@@ -33,24 +34,44 @@ def engine_flags(extra_args):
     return flags
 
 
-def held_by_others(processes, cgroups, own_ids):
-    """MiB held on each GPU index by processes that are not this role's containers.
+def other_processes(processes, cgroups, own_ids):
+    """The GPU processes that are not this role's containers.
 
     processes: facts [{pid, gpu_index, used_mib}]; cgroups: {pid: text of /proc/PID/cgroup}
-    (missing: a process that ended, counted as held); own_ids: container ids."""
+    (missing: a process that ended, counted as another's); own_ids: container ids."""
+    return [proc for proc in processes or []
+            if not any(cid and cid in (cgroups.get(proc.get("pid")) or "") for cid in own_ids or [])]
+
+
+def held_by_others(processes, cgroups, own_ids):
+    """MiB held on each GPU index by processes that are not this role's containers (other_processes)."""
     held = {}
-    for proc in processes or []:
-        text = cgroups.get(proc.get("pid")) or ""
-        if any(cid and cid in text for cid in own_ids or []):
-            continue
+    for proc in other_processes(processes, cgroups, own_ids):
         index = int(proc.get("gpu_index") or 0)
         held[index] = held.get(index, 0) + int(proc.get("used_mib") or 0)
     return held
 
 
-def plan_host(instances, gpus, models_dir, held=None, measurements=None):
+def compute_mode_reasons(inst, by_index, others, sharing):
+    """Refusal reasons from the compute mode of the instance's whole GPUs (a MIG device is not judged): a
+    Prohibited GPU, an Exclusive_Process GPU another process holds or that other instances share."""
+    if inst.get("mig_device"):
+        return []
+    on_gpu = processes_by_gpu(others)
+    reasons = []
+    for index in (int(i) for i in inst.get("gpu_indexes") or []):
+        gpu = by_index.get(index)
+        sharers = set(s["name"] for s in sharing if s["gpu_index"] == index)
+        why = context_blocked(gpu, on_gpu.get(index, []), len(sharers)) if gpu else None
+        if why:
+            reasons.append({"code": "compute_mode", "message": why})
+    return reasons
+
+
+def plan_host(instances, gpus, models_dir, held=None, measurements=None, others=None):
     """Plan every instance of a host: {plans: {name: plan}, lines: [...], refused: [names],
-    message: the failure text or None}.
+    message: the failure text or None}. others: the GPU processes that are not the instances' (other_processes),
+    judged with each GPU's compute mode.
 
     instances: as the vllm role resolved them (name, image, model, gpu_indexes,
     gpu_memory_utilization, max_model_len, tensor_parallel_size, kv_cache_dtype,
@@ -98,6 +119,10 @@ def plan_host(instances, gpus, models_dir, held=None, measurements=None):
         room = 1 if inst.get("mig_device") else sum(
             1 for g in by_index.values() if g["memory_total_mib"] >= smallest["memory_total_mib"])
         result["remedies"] = [r for r in result["remedies"] if r["tensor_parallel_size"] <= room]
+        blocked = compute_mode_reasons(inst, by_index, others, sharing)
+        if blocked:
+            # No memory remedy helps a GPU the instance cannot open.
+            result.update(reasons=blocked + result["reasons"], verdict="refuse", remedies=[])
         result["measurement_key"] = key
         plans[inst["name"]] = result
         lines.extend(instance_lines(inst, result))

@@ -656,7 +656,7 @@ def test_module_never_fails_a_broken_host(tmp_path):
                                                   "container_gpus", "gpus_path", "container_cdi", "container_cuda",
                                                   "serving_gpus", "serving_running",
                                                   "zombies", "throttle",
-                                                  "xid"]
+                                                  "xid", "compute_mode"]
     assert res["message"].startswith(sc.LAYER_TITLES[res["failed_layer"]] + ": ")
 
 
@@ -671,7 +671,7 @@ def test_fail_on_required_fails_with_the_diagnosis(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     res = json.loads(proc.stdout)
     assert res["failed"] is True and res["msg"].startswith(sc.LAYER_TITLES[res["failed_layer"]])
-    assert len(res["checks"]) == 32
+    assert len(res["checks"]) == 33
 
 
 def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
@@ -681,7 +681,7 @@ def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
     out = sc.evaluate(sc.capture(healthy_host(), PROBE_OPTS), PROBE_OPTS)
     throttle = next(c for c in out["checks"] if c["name"] == "throttle")
     assert throttle["status"] == "warn" and "internal error" in throttle["summary"]
-    assert out["failed_layer"] is None and len(out["checks"]) == 32
+    assert out["failed_layer"] is None and len(out["checks"]) == 33
 
 
 # --- CUDA initialisation in a container (NVIDIA's vectorAdd sample; tests/fixtures/cuda_probe/) --------
