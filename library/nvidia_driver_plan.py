@@ -270,11 +270,11 @@ holds:
   description:
     - The held driver packages by who held them, C(ours) (gpuhost held them on the version installed now) and
       C(operator); and what the role records after holding the rest, C(gpuhost) (names) and
-      C(gpuhost_versions) (name to the dpkg version held).
+      C(gpuhost_versions) (C(name=version), the dpkg version held).
   returned: when query_host
   type: dict
   sample: {ours: [], operator: [nvidia-driver-570-server], gpuhost: [nvidia-utils-570-server],
-           gpuhost_versions: {nvidia-utils-570-server: 570.195.03-0ubuntu0.24.04.1}}
+           gpuhost_versions: [nvidia-utils-570-server=570.195.03-0ubuntu0.24.04.1]}
 operator_pins:
   description:
     - The stanzas of apt preferences files other than O(pin_path) that stand in the way of the planned change

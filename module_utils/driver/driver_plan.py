@@ -282,7 +282,7 @@ def verify_installed(result_plan, installed):
 
 def hold_owners(installed, record):
     """Which of the held driver packages gpuhost held (`ours`) and which the operator did (`operator`), and
-    what gpuhost's record says after this run holds the rest (`gpuhost`, `gpuhost_versions`).
+    what gpuhost's record says after this run holds the rest (`gpuhost`, `gpuhost_versions`: "name=version").
 
     `record` is the host's recorded driver section (ansible_local.gpuhost.driver) or None. A hold is
     gpuhost's only if gpuhost set it on the version installed now: an operator who downgrades the driver and
@@ -293,7 +293,7 @@ def hold_owners(installed, record):
     record = record or {}
     versions = installed.get("versions") or {}
     if "held_versions" in record:
-        recorded = record.get("held_versions") or {}
+        recorded = dict(entry.split("=", 1) for entry in record.get("held_versions") or [] if "=" in entry)
         ours = set(p for p, version in recorded.items() if versions.get(p) == version)
     else:
         names = record.get("held_by_gpuhost") if "held_by_gpuhost" in record else record.get("packages")
@@ -302,8 +302,9 @@ def hold_owners(installed, record):
     held = installed.get("held") or []
     operator = sorted(p for p in held if p not in ours)
     gpuhost = sorted(p for p in installed.get("packages") or [] if p not in operator)
+    # "name=version" (apt's own spelling), a list: the record's merge replaces a list where it would merge a dict.
     return {"ours": sorted(p for p in held if p in ours), "operator": operator,
-            "gpuhost": gpuhost, "gpuhost_versions": dict((p, versions.get(p)) for p in gpuhost)}
+            "gpuhost": gpuhost, "gpuhost_versions": ["%s=%s" % (p, versions.get(p)) for p in gpuhost]}
 
 
 def operator_hold_error(result_plan, operator_held):

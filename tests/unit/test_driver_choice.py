@@ -453,15 +453,15 @@ def test_a_hold_is_gpuhosts_only_on_the_version_gpuhost_held_it_at():
     result = dp.plan(request(), gpus_of(BLACKWELL), Query(CONVERGED, MADISON, SMI_OWNER))
     installed = result["installed"]
     assert installed["versions"]["nvidia-smi"] == "580.105.08-1"
-    held_then = dict((p, installed["versions"][p]) for p in DRIVER_PKGS)
+    held_then = ["%s=%s" % (p, installed["versions"][p]) for p in DRIVER_PKGS]
     owners = dp.hold_owners(installed, {"version": "580.105.08", "held_by_gpuhost": DRIVER_PKGS,
                                         "held_versions": held_then})
     assert owners["ours"] == DRIVER_PKGS and owners["operator"] == []
     assert owners["gpuhost"] == sorted(installed["packages"])
-    assert owners["gpuhost_versions"]["nvidia-smi"] == "580.105.08-1"
+    assert "nvidia-smi=580.105.08-1" in owners["gpuhost_versions"]
     # The operator downgraded and held the same names: gpuhost held them on 580.126.09, so these holds are
     # the operator's (the run must not release them), and gpuhost records nothing of them as its own.
-    newer = dict((p, "580.126.09-1") for p in DRIVER_PKGS)
+    newer = ["%s=580.126.09-1" % p for p in DRIVER_PKGS]
     owners = dp.hold_owners(installed, {"version": "580.126.09", "held_by_gpuhost": DRIVER_PKGS,
                                         "held_versions": newer})
     assert owners["ours"] == [] and owners["operator"] == DRIVER_PKGS

@@ -77,7 +77,7 @@ def test_fact_file_records_the_loaded_driver(host):
                               "packages": packages(host),
                               # every hold is gpuhost's own on a host gpuhost installed, at the version dpkg has
                               "held_by_gpuhost": packages(host),
-                              "held_versions": dict((name, dpkg(host, name)[0]) for name in packages(host))}
+                              "held_versions": ["%s=%s" % (name, dpkg(host, name)[0]) for name in packages(host)]}
 
 
 def test_driver_changed_topic_fired_once(host):

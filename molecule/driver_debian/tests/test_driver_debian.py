@@ -58,9 +58,9 @@ def test_open_module_loaded_and_recorded(gpu):
     assert data["driver"] == {"version": "580.105.08", "branch": 580, "kernel_modules": "open", "packages": PACKAGES,
                               # every hold is gpuhost's own on a host gpuhost installed, at the version dpkg has
                               "held_by_gpuhost": sorted(PACKAGES),
-                              "held_versions": dict(
-                                  (name, gpu.check_output("dpkg-query -W -f '${Version}' %s", name))
-                                  for name in PACKAGES)}
+                              "held_versions": ["%s=%s" % (name, gpu.check_output("dpkg-query -W -f '${Version}' %s",
+                                                                                  name))
+                                                for name in sorted(PACKAGES)]}
 
 
 def test_persistence_through_debians_unit_without_a_drop_in(gpu):
