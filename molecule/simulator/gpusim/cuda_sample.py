@@ -5,8 +5,11 @@ then every CUDA error as `Failed to allocate device vector A (error code <cudaGe
 stderr and exits 1; on success it prints the four progress lines, `Test PASSED` and `Done`. The texts
 are those of tests/fixtures/cuda_probe/ (real runs). What decides, as for real CUDA in a container:
 libcuda injected by the toolkit (compute capability), the driver's CUDA against the image's, a GPU
-device node, /dev/nvidia-uvm (without it CUDA cannot initialise: cudaErrorUnknown), and MIG mode (whole
-GPUs in MIG mode give the container no usable device: busy or unavailable).
+device node, /dev/nvidia-uvm (without it CUDA cannot initialise: cudaErrorUnknown), MIG mode (whole
+GPUs in MIG mode give the container no usable device: busy or unavailable), and compute modes: a Prohibited GPU,
+or an Exclusive_Process GPU another process holds, takes no new context; the sample runs on the first GPU that
+takes one and fails busy only when none does (tests/fixtures/compute_mode/: a 5th vectorAdd on four exclusive
+GH200s).
 """
 import json
 import os
@@ -60,10 +63,20 @@ def cuda_error(root="/", env=None):
         return UNKNOWN
     if state.get("nvswitches") and (state.get("fabric") or {}).get("state") != "Completed":
         return NOT_READY
-    if all(g.get("mig_mode") and not any(gi.get("cis") for gi in g.get("mig_instances") or [])
-           for g in state["gpus"]):   # no MIG device to run on (a MIG device: gpusim/mig.py)
+    if all(_takes_no_context(g, state) for g in state["gpus"]):
         return BUSY
     return None
+
+
+def _takes_no_context(gpu, state):
+    if gpu.get("mig_mode"):
+        # no MIG device to run on (a MIG device: gpusim/mig.py)
+        return not any(gi.get("cis") for gi in gpu.get("mig_instances") or [])
+    mode = gpu.get("compute_mode") or "Default"
+    if mode == "Prohibited":
+        return True
+    return mode == "Exclusive_Process" and any(
+        p.get("gpu_index") == gpu["index"] and not p.get("zombie") for p in state.get("processes") or [])
 
 
 def vector_add_main(root="/", stdout=None, stderr=None, env=None):

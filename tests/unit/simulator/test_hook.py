@@ -403,3 +403,32 @@ def test_whole_gpus_in_mig_mode_give_cuda_no_usable_device(rootfs, host):
     inject(mig, rootfs, host, {"NVIDIA_VISIBLE_DEVICES": "all"}, MadeNodes())
     rc, _out, err = _vector_add(rootfs)
     assert rc == 1 and err.splitlines() == [_real("008_other-busy-unavailable_nvidia-container-toolkit-614.txt").splitlines()[0]]
+
+
+def test_exclusive_gpus_held_by_others_leave_cuda_the_free_one_and_busy_when_none(tmp_path):
+    """The real 5th vectorAdd on four Exclusive_Process GH200s (tests/fixtures/compute_mode/) fails busy; with one GPU
+    free the sample runs there."""
+    from gpusim import cuda_sample
+    with open(os.path.join(ROOT, "tests", "fixtures", "compute_mode",
+                           "cuda-error_vectorAdd_5th-process-on-4xGH200-exclusive-process_dedented.txt"),
+              encoding="utf-8") as handle:
+        real = handle.read().strip()
+    exclusive = state()
+    for gpu in exclusive["gpus"]:
+        gpu["compute_mode"] = "Exclusive_Process"
+    exclusive["processes"].append({"pid": 4141, "name": "python3", "gpu_index": 0, "used_mib": 512, "type": "C"})
+    root = str(tmp_path)
+    for name in ("nvidia0", "nvidiactl", "nvidia-uvm"):
+        os.makedirs(os.path.join(root, "dev"), exist_ok=True)
+        open(os.path.join(root, "dev", name), "w").close()
+    os.makedirs(os.path.join(root, os.path.dirname(cuda_sample.LIBCUDA).lstrip("/")))
+    open(os.path.join(root, cuda_sample.LIBCUDA.lstrip("/")), "w").close()
+    os.makedirs(os.path.join(root, "var/lib/gpu-sim"))
+    with open(os.path.join(root, cuda_sample.STATE_IN_CONTAINER.lstrip("/")), "w") as handle:
+        json.dump(exclusive, handle)
+    rc, _out, err = _vector_add(root)
+    assert rc == 1 and err.strip() == real
+    exclusive["processes"] = [p for p in exclusive["processes"] if p["gpu_index"] != 2]
+    with open(os.path.join(root, cuda_sample.STATE_IN_CONTAINER.lstrip("/")), "w") as handle:
+        json.dump(exclusive, handle)
+    assert _vector_add(root)[0] == 0
