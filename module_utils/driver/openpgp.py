@@ -106,3 +106,24 @@ def normalise(fpr):
     """A fingerprint as written by people (spaces, lower case, 0x) in canonical form."""
     text = (fpr or "").replace(" ", "").upper()
     return text[2:] if text.startswith("0X") else text
+
+
+def crc24(data):
+    """The armor checksum (RFC 4880 §6.1)."""
+    crc = 0xB704CE
+    for byte in data:
+        crc ^= byte << 16
+        for _bit in range(8):
+            crc <<= 1
+            if crc & 0x1000000:
+                crc ^= 0x1864CFB
+    return crc & 0xFFFFFF
+
+
+def armor(data):
+    """ASCII-armored public key block of binary packets (what `gpg --armor --export` writes), as text."""
+    body = base64.b64encode(data).decode("ascii")
+    lines = [body[i:i + 64] for i in range(0, len(body), 64)]
+    checksum = base64.b64encode(struct.pack(">I", crc24(data))[1:]).decode("ascii")
+    return "\n".join(["-----BEGIN PGP PUBLIC KEY BLOCK-----", ""] + lines
+                     + ["=" + checksum, "-----END PGP PUBLIC KEY BLOCK-----", ""])
