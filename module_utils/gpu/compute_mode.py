@@ -45,9 +45,9 @@ def context_blocked(gpu, holders=(), newcomers=1):
         return None
     holders = list(holders or [])
     if holders:
+        who = _holder_text(holders)
         return ("GPU %s is in compute mode Exclusive_Process and %s holds it: no other process may create a CUDA "
-                "context there while it runs; fix: stop it, or %s" % (index, _holder_text(holders),
-                                                                     restore_shared(index)))
+                "context there while it runs; fix: stop it, or %s" % (index, who, restore_shared(index)))
     if newcomers > 1:
         return ("GPU %s is in compute mode Exclusive_Process (one process at a time) and %d instances are placed on "
                 "it: only the first to start gets it; fix: give each its own GPU, or %s"
