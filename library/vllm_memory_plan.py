@@ -108,6 +108,15 @@ options:
     description: vLLM C(--enforce-eager) (no CUDA graphs).
     type: bool
     default: false
+  sampler:
+    description:
+      - Top-k/top-p path of the install, which sizes the sampler in the profiling run.
+      - C(auto) derives it - FlashInfer in the official C(vllm/vllm-openai) image and in wheels from
+        0.11.1, the PyTorch-native sort before that (vLLM logs "FlashInfer is not available").
+      - C(flashinfer) or C(native) for an image built another way.
+    type: str
+    choices: [auto, flashinfer, native]
+    default: auto
   held_mib:
     description: Memory already held on the GPU by other processes (MiB).
     type: int
@@ -284,7 +293,7 @@ plan:
       type: dict
     engine:
       description: "vllm_version, version_source, rules (the generation used), max_num_batched_tokens,
-        max_num_seqs."
+        max_num_seqs, sampler (the top-k/top-p path: v0, flashinfer, sort or triton)."
       type: dict
     kv_cache_gib:
       description: "KV share per GPU (negative when nothing is left)."
@@ -345,7 +354,7 @@ from ansible.module_utils.gpu.gpu_topology import placement_warnings
 SINGLE = ("gpu_memory_mib", "gpu_reserved_mib", "gpu_name", "gpu_memory_utilization", "max_model_len",
           "model_dir", "weights_gib", "kv_bytes_per_token", "non_torch_gib", "activation_gib", "cuda_graph_gib",
           "kv_cache_dtype", "quantization", "tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens",
-          "vllm_version", "image", "enforce_eager", "held_mib", "gpu_index", "instances")
+          "vllm_version", "image", "enforce_eager", "sampler", "held_mib", "gpu_index", "instances")
 
 ARGUMENT_SPEC = dict(
     gpu_memory_mib=dict(type="int"),
@@ -367,6 +376,7 @@ ARGUMENT_SPEC = dict(
     vllm_version=dict(type="str"),
     image=dict(type="str"),
     enforce_eager=dict(type="bool", default=False),
+    sampler=dict(type="str", default="auto", choices=["auto", "flashinfer", "native"]),
     held_mib=dict(type="int", default=0),
     gpu_index=dict(type="int", default=0),
     instances=dict(type="list", elements="dict", default=[], options=dict(

@@ -7,6 +7,7 @@
                [--enforce-eager] [--non-torch-gib F] [--activation-gib F] [--cuda-graph-gib F]
                [--kv-cache-dtype D] [--tensor-parallel-size N] [--held-mib N]
                [--instances N] [--other-utilization F ...] [--quantization Q] [--check]
+               [--pooling] [--enable-expert-parallel] [--sampler auto|flashinfer|native]
 
   gpuhost plan [--json] --manifest FILE (--gpu NAME | --gpu-memory-mib N [--gpu-reserved-mib N])
                [--time-slicing FILE | --time-slicing-replicas N] [--held-mib N] [--outside-budget-mib N]
@@ -48,6 +49,13 @@ def _parser():
     p.add_argument("--max-num-seqs")
     p.add_argument("--max-num-batched-tokens")
     p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--pooling", action="store_true",
+                   help="a pooling/embedding model (vLLM --runner pooling, --task embed): no sampler")
+    p.add_argument("--enable-expert-parallel", dest="expert_parallel", action="store_true")
+    p.add_argument("--sampler", default="auto", choices=vllm_overheads.SAMPLERS,
+                   help="top-k/top-p path of the install: auto (the official vllm/vllm-openai image, or a "
+                        "wheel from 0.11.1, carries FlashInfer), flashinfer, native (vLLM logs "
+                        "'FlashInfer is not available')")
     p.add_argument("--non-torch-gib", help="measured non-torch memory per GPU")
     p.add_argument("--activation-gib", help="measured activation peak per GPU")
     p.add_argument("--cuda-graph-gib", help="measured CUDA-graph estimate per GPU (vLLM 0.20+)")
@@ -78,6 +86,40 @@ def _instances(args):
     out += [{"name": "other-%d" % (i + 1), "gpu_index": 0, "gpu_memory_utilization": other}
             for i, other in enumerate(args.other_utilization)]
     return out
+
+
+def plan_inputs(args):
+    """plan()'s inputs from parsed arguments (also what the calibration table plans with)."""
+    return dict(
+        gpu_memory_mib=args.gpu_memory_mib,
+        gpu_reserved_mib=args.gpu_reserved_mib,
+        gpu_name=args.gpu_name,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_model_len=args.max_model_len,
+        model_dir=args.model_dir,
+        weights_gib=args.weights_gib,
+        kv_bytes_per_token=args.kv_bytes_per_token,
+        non_torch_gib=args.non_torch_gib,
+        activation_gib=args.activation_gib,
+        cuda_graph_gib=args.cuda_graph_gib,
+        kv_cache_dtype=args.kv_cache_dtype,
+        quantization=args.quantization,
+        tensor_parallel_size=args.tensor_parallel_size,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        vllm_version=args.vllm_version,
+        image=args.image,
+        enforce_eager=args.enforce_eager,
+        held_mib=args.held_mib,
+        pooling=args.pooling,
+        expert_parallel=args.expert_parallel,
+        sampler=args.sampler,
+    )
+
+
+def inputs_of(argv):
+    """plan()'s inputs for a `gpuhost plan` command line (its arguments after `plan`)."""
+    return plan_inputs(_parser().parse_args(argv))
 
 
 def _manifest_parser():
@@ -171,29 +213,7 @@ def main(argv):
             raise PlanError("give --gpu NAME or --gpu-memory-mib (one of: %s)" % ", ".join(gpu_memory.names()))
         if args.gpu_name and args.gpu_memory_mib is None and gpu_memory.lookup(args.gpu_name) is None:
             raise PlanError("unknown --gpu %r (one of: %s)" % (args.gpu_name, ", ".join(gpu_memory.names())))
-        result = plan(
-            instances=_instances(args),
-            gpu_memory_mib=args.gpu_memory_mib,
-            gpu_reserved_mib=args.gpu_reserved_mib,
-            gpu_name=args.gpu_name,
-            gpu_memory_utilization=args.gpu_memory_utilization,
-            max_model_len=args.max_model_len,
-            model_dir=args.model_dir,
-            weights_gib=args.weights_gib,
-            kv_bytes_per_token=args.kv_bytes_per_token,
-            non_torch_gib=args.non_torch_gib,
-            activation_gib=args.activation_gib,
-            cuda_graph_gib=args.cuda_graph_gib,
-            kv_cache_dtype=args.kv_cache_dtype,
-            quantization=args.quantization,
-            tensor_parallel_size=args.tensor_parallel_size,
-            max_num_seqs=args.max_num_seqs,
-            max_num_batched_tokens=args.max_num_batched_tokens,
-            vllm_version=args.vllm_version,
-            image=args.image,
-            enforce_eager=args.enforce_eager,
-            held_mib=args.held_mib,
-        )
+        result = plan(instances=_instances(args), **plan_inputs(args))
     except (PlanError, UsageError) as exc:
         return _fail(as_json, exc)
     if args.json:

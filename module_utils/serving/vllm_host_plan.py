@@ -75,7 +75,7 @@ def plan_host(instances, gpus, models_dir, held=None, measurements=None, others=
 
     instances: as the vllm role resolved them (name, image, model, gpu_indexes,
     gpu_memory_utilization, max_model_len, tensor_parallel_size, kv_cache_dtype,
-    quantization, max_num_seqs, extra_args, non_torch_gib, activation_gib);
+    quantization, max_num_seqs, extra_args, non_torch_gib, activation_gib, sampler);
     gpus: facts (index, name, memory_total_mib, memory_reserved_mib)."""
     by_index = {int(g["index"]): g for g in gpus or []}
     held = held or {}
@@ -111,6 +111,7 @@ def plan_host(instances, gpus, models_dir, held=None, measurements=None, others=
             activation_gib=inst.get("activation_gib"),
             image=inst.get("image"),
             vllm_version=inst.get("vllm_version"),
+            sampler=inst.get("sampler") or "auto",
             # held: MiB per GPU index, or per MIG device ("GPU:device") where the caller knows it.
             held_mib=max(held.get(i if isinstance(i, str) else int(i), 0) for i in devices),
             measured=measurements.get(key),

@@ -221,9 +221,50 @@ GRAPH_GIB_PER_GRAPH = 0.008
 VISION_SCRATCH_FACTOR = 1.9
 
 
+# ---------------------------------------------------------------- the sampler path
+#
+# Where the rules say "flashinfer", V1 samples with FlashInfer when the flashinfer package
+# imports (topk_topp_sampler.py: "Using FlashInfer for top-p & top-k sampling"), else with
+# PyTorch's sort ("FlashInfer is not available. Falling back to the PyTorch-native ...").
+# Whether it imports follows from how vLLM was installed:
+#   - the official image (vllm/vllm-openai) has carried FlashInfer since 0.5.1 (vLLM PR #6172;
+#     "installed by default in the docker image for a long time", PR #21389);
+#   - the PyPI wheel requires flashinfer-python from 0.11.1 (PR #26443); before, it was an
+#     opt-in extra (vllm[flashinfer], PR #21959) that pip installs do not pull.
+# Every V1 0.8-0.11.0 log of the calibration table is a pip install and prints "not
+# available"; the 0.22/0.26 ones print "Using FlashInfer".  An image built some other way is
+# not known: SAMPLERS lets the operator say (role: instance key sampler; CLI: --sampler).
+SAMPLERS = ("auto", "flashinfer", "native")
+OFFICIAL_IMAGE = "vllm/vllm-openai"
+FLASHINFER_IN_WHEEL = (0, 11, 1)
+
+
+def official_image(image):
+    """True for vllm/vllm-openai (any registry prefix, tag or digest)."""
+    name = re.split(r"[@]", str(image or "").strip())[0]
+    last = name.rsplit("/", 1)
+    if len(last) == 2 and ":" in last[1]:
+        name = last[0] + "/" + last[1].split(":", 1)[0]
+    return name == OFFICIAL_IMAGE or name.endswith("/" + OFFICIAL_IMAGE)
+
+
+def flashinfer_installed(version, image=None, sampler="auto"):
+    """Whether FlashInfer's sampler is there for this install: sampler "flashinfer"/"native" as the
+    operator says; "auto": the official image, or a wheel that requires it (>= 0.11.1; unknown
+    version: the newest).  Only matters where the rules' sampler is "flashinfer"."""
+    choice = str(sampler or "auto").lower()
+    if choice not in SAMPLERS:
+        raise ValueError("sampler must be one of %s, got %r" % (", ".join(SAMPLERS), sampler))
+    if choice != "auto":
+        return choice == "flashinfer"
+    if official_image(image):
+        return True
+    return version is None or tuple(version) >= FLASHINFER_IN_WHEEL
+
+
 def _sampler_path(rules, flashinfer):
     """The top-k/top-p implementation the profiling run samples with; flashinfer=False when
-    the image lacks FlashInfer (vLLM logs "FlashInfer is not available")."""
+    the install lacks FlashInfer (flashinfer_installed)."""
     path = rules["sampler"]
     if path == "flashinfer" and flashinfer is False:
         return rules.get("native", "sort")

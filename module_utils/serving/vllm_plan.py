@@ -184,6 +184,7 @@ def compute(spec):
             "rules": rules_name,
             "max_num_batched_tokens": batched,
             "max_num_seqs": seqs,
+            "sampler": over["parts"].get("sampler_path"),
         },
         "kv_cache_gib": round(kv_gib, 3),
         "kv_cache_dtype": spec["kv_cache_dtype"],
@@ -448,7 +449,7 @@ def build_spec(gpu_memory_mib=None, gpu_memory_utilization=None, max_model_len=N
                cuda_graph_gib=None, kv_cache_dtype="auto", tensor_parallel_size=1, held_mib=0,
                quantization=None, block_size=None, max_num_batched_tokens=None, max_num_seqs=None,
                gpu_name=None, gpu_reserved_mib=None, vllm_version=None, image=None, enforce_eager=False,
-               flashinfer=None, cuda_graph_profiling=None, pooling=False, expert_parallel=False,
+               sampler="auto", cuda_graph_profiling=None, pooling=False, expert_parallel=False,
                measured=None):
     """Validate inputs and read the model directory; returns the spec compute() takes.
 
@@ -458,7 +459,9 @@ def build_spec(gpu_memory_mib=None, gpu_memory_utilization=None, max_model_len=N
     kv_bytes_per_token are for the whole model at its 16-bit KV dtype (a model dir gives
     both); both are divided by tensor_parallel_size.  Given together with model_dir they
     override what the directory says.  measured: this host's figures for the same image
-    and arguments (measured_entry), used instead of the model's estimates.
+    and arguments (measured_entry), used instead of the model's estimates.  sampler: the
+    top-k/top-p path of the install ("auto": derived from the image and version,
+    vllm_overheads.flashinfer_installed; "flashinfer" or "native" as the operator knows it).
     """
     total = _number(gpu_memory_mib, "gpu_memory_mib", minimum=1, integer=True, allow_none=True)
     reserved = _number(gpu_reserved_mib, "gpu_reserved_mib", minimum=0, integer=True, allow_none=True)
@@ -490,7 +493,7 @@ def build_spec(gpu_memory_mib=None, gpu_memory_utilization=None, max_model_len=N
         "version_text": version_text,
         "version_source": version_source,
         "enforce_eager": bool(_flag(enforce_eager, "enforce_eager")),
-        "flashinfer": _flag(flashinfer, "flashinfer"),
+        "flashinfer": _sampler(version, image, sampler),
         "cuda_graph_profiling": _flag(cuda_graph_profiling, "cuda_graph_profiling"),
         "pooling": bool(_flag(pooling, "pooling")),
         "expert_parallel": bool(_flag(expert_parallel, "expert_parallel")),
@@ -534,6 +537,13 @@ def build_spec(gpu_memory_mib=None, gpu_memory_utilization=None, max_model_len=N
     spec["quantization"] = method
     spec["weight_bits"] = bits
     return spec
+
+
+def _sampler(version, image, sampler):
+    try:
+        return vo.flashinfer_installed(version, image, sampler)
+    except ValueError as exc:
+        raise PlanError(str(exc))
 
 
 def plan(instances=None, gpu_index=0, **inputs):

@@ -239,3 +239,17 @@ def test_manifest_bad_input_is_one_line_and_exit_2(tmp_path):
         assert words in proc.stderr, (args, proc.stderr)
     proc = gpuhost("--json", "--manifest", str(bad), "--gpu", "L4")
     assert proc.returncode == 2 and json.loads(proc.stdout)["error"].startswith("gpuhost plan: manifest ")
+
+
+def test_sampler_option_changes_the_sampler_path():
+    """0.11.0 from pip: no FlashInfer (sort); the official image or --sampler flashinfer: FlashInfer."""
+    base = ["--json", "--gpu", "L4", "--max-model-len", "8192", "--vllm-version", "0.11.0",
+            "--model", os.path.join(MODELS, "llama-3.1-8b-instruct"), "--weights-gib", "14.96"]
+    paths = {}
+    for extra in ([], ["--sampler", "flashinfer"], ["--image", "vllm/vllm-openai:v0.11.0"],
+                  ["--image", "vllm/vllm-openai:v0.11.0", "--sampler", "native"]):
+        proc = gpuhost(*(base + extra))
+        assert proc.returncode == 0, proc.stderr
+        paths[" ".join(extra)] = json.loads(proc.stdout)["engine"]["sampler"]
+    assert list(paths.values()) == ["sort", "flashinfer", "flashinfer", "sort"]
+    assert gpuhost(*(base + ["--sampler", "fast"])).returncode == 2

@@ -419,14 +419,15 @@ def test_plan_from_a_model_directory(tmp_path):
     (model / "config.json").write_text(json.dumps(config))
     size = write_safetensors(str(model / "model.safetensors"), {"w": ("BF16", [1024, 1024, 1024])}, pad_data=False)
     result = vp.plan(gpu_memory_mib=24576, gpu_reserved_mib=0, gpu_memory_utilization=0.9,
-                     model_dir=str(model), vllm_version="0.11.0")
+                     model_dir=str(model), image="vllm/vllm-openai:v0.11.0")
     assert result["weights_total_gib"] == pytest.approx(size / vp.GIB)  # 2 GiB
     assert result["weights_source"] == "safetensors_headers"
     assert result["kv_bytes_per_token"] == 32768
     assert result["max_model_len"] == 131072  # max_position_embeddings
     assert result["model"]["num_hidden_layers"] == 16
     assert result["estimates"] == {"non_torch_gib": "model", "activation_gib": "model", "cuda_graph_gib": "model"}
-    # 0.11.0 on a 24 GiB card: 2,048 tokens and 256 sequences per step; FlashInfer samples
+    # 0.11.0 (the official image, which carries FlashInfer) on a 24 GiB card: 2,048 tokens and
+    # 256 sequences per step; FlashInfer samples
     # 256 x 128,256 float32 logits + probabilities + the bf16 logits (14 B each), with the
     # step's 2,048 x 2,048 bf16 hidden states kept; that is more than the forward's
     # 2,048 x (3 x 2,048 + 3 x 8,192) x 2 B.

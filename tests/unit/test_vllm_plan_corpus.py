@@ -31,6 +31,7 @@ from serving import vllm_overheads as vo
 from serving import vllm_model as vm
 from serving import vllm_plan as vp
 from conftest import FIXTURES
+from gpuhost_cli import plan as plan_cli
 
 CORPUS = "vllm_logs/"
 CAL = "vllm_logs_calibration/"
@@ -51,10 +52,10 @@ ROWS = [
          total_gib=94.97, model="qwen3-4b", batched=8192, seqs=8),
     # T4 (the source's repo), an embedding (pooling) model with its vision encoder profiled.
     dict(log=CORPUS + "005_v0.11.0_T4_qwen3vl-embed_ok.log", gpu="T4", model="qwen3-vl-2b-instruct",
-         batched=8192, seqs=64, eager=True, pooling=True, flashinfer=False),
+         batched=8192, seqs=64, eager=True, pooling=True),
     # Eight H100 80GB HBM3, TP 8 with expert parallelism, FP8 KV cache.
     dict(log=CORPUS + "021_v0.10.0_8xH100_tp8-ep_qwen3-235b-fp8_ok.log", gpu="H100-SXM", model="qwen3-235b-a22b-fp8",
-         tp=8, kv="fp8", ep=True, flashinfer=False),
+         tp=8, kv="fp8", ep=True),
     # H200 (the source repo's README: "2x H200 GPUs"); Meta-Llama-3-8B has Llama-3.1-8B's shapes.
     dict(log=CORPUS + "015_v0.11.2_llama3-8b_ansi_negative-graph-mem_ok.log", gpu="H200",
          model="llama-3.1-8b-instruct"),
@@ -63,38 +64,36 @@ ROWS = [
          batched=2048),
     # The reviewer's cases: an L4 with an 8B model at 1.22x ...
     dict(log=CAL + "001_v0.11.0_L4_llama3.1-8b-instruct_gmu0.92_32k.log", gpu="L4", model="llama-3.1-8b-instruct",
-         seqs=128, flashinfer=False),
+         seqs=128),
     # ... an A100-SXM4-80GB (79.25 GiB printed) with a 30B-A3B MoE at 1.15x ...
     dict(log=CAL + "004_v0.26.1rc1_A100-80GB_qwen3-coder-30b-a3b-instruct_moe_131k.log", gpu="A100-80GB",
-         total_gib=79.25, model="qwen3-coder-30b-a3b-instruct", seqs=16, flashinfer=True),
-    dict(log=CAL + "005_v0.10.2_RTX4090_qwen2.5-3b_fp16_4k.log", total_gib=23.65, model="qwen2.5-3b", seqs=1,
-         flashinfer=False),
+         total_gib=79.25, model="qwen3-coder-30b-a3b-instruct", seqs=16),
+    dict(log=CAL + "005_v0.10.2_RTX4090_qwen2.5-3b_fp16_4k.log", total_gib=23.65, model="qwen2.5-3b", seqs=1),
     # Qwen2.5-Coder-14B-Instruct has Qwen2.5-14B-Instruct's shapes.
     dict(log=CAL + "006_v0.11.2_L40S_qwen2.5-coder-14b-instruct_16k.log", gpu="L40S", model="qwen2.5-14b-instruct"),
-    dict(log=CAL + "007_v0.10.0_A100-80GB_qwen3-14b_32k_excerpt.log", gpu="A100-80GB", model="qwen3-14b",
-         flashinfer=False),
+    dict(log=CAL + "007_v0.10.0_A100-80GB_qwen3-14b_32k_excerpt.log", gpu="A100-80GB", model="qwen3-14b"),
     # An AWQ 4-bit checkpoint of Qwen3-30B-A3B-Thinking-2507: Qwen3-30B-A3B's shapes.
     dict(log=CAL + "008_v0.10.0_RTX3090_qwen3-30b-a3b-thinking-2507-awq_moe_2k.log", gpu="RTX-3090",
-         model="qwen3-30b-a3b", flashinfer=False),
+         model="qwen3-30b-a3b"),
     # DeepSeek-R1-Distill-Qwen-32B-FP8 has Qwen2.5-32B's shapes; 1.01x, started.
     dict(log=CAL + "009_v0.11.0_L40S_deepseek-r1-distill-qwen-32b-fp8_fp16_24k.log", gpu="L40S",
-         model="qwen2.5-32b-instruct", quantization="fp8", flashinfer=False),
+         model="qwen2.5-32b-instruct", quantization="fp8"),
     dict(log=CAL + "010_v0.17.1_A100-80GB_llama3.1-8b-instruct_32k.log", gpu="A100-80GB",
          model="llama-3.1-8b-instruct"),
     # ... and LLaVA, whose text_config leaves the head counts to the library's defaults
     # (RTX 4080 16 GB under WSL, 15.99 GiB printed by the third start): two failed starts, one good.
     dict(log=CAL + "011_v0.10.2_RTX4080-16GB-WSL_llava-1.5-7b-hf_fp16_2k_kv-needed-exceeds.log", total_gib=15.99,
-         model="llava-1.5-7b-hf", flashinfer=False, verdict="refuse"),
+         model="llava-1.5-7b-hf", verdict="refuse"),
     dict(log=CAL + "012_v0.10.2_RTX4080-16GB-WSL_llava-1.5-7b-hf_fp16_4k_negative-kv.log", total_gib=15.99,
-         model="llava-1.5-7b-hf", flashinfer=False, verdict="refuse"),
+         model="llava-1.5-7b-hf", verdict="refuse"),
     dict(log=CAL + "013_v0.10.2_RTX4080-16GB-WSL_llava-1.5-7b-hf-awq_gmu0.85_4k.log", total_gib=15.99,
-         model="llava-1.5-7b-hf", flashinfer=False),
+         model="llava-1.5-7b-hf"),
     # Two T4 ("Tesla T4 (14.6 GB)" printed), TP 2, eager; max_num_batched_tokens=8192 printed.
     dict(log=CAL + "014_v0.22.0_2xT4-kaggle_tp2_qwen3-8b_fp16_eager_8k_excerpt.log", gpu="T4", model="qwen3-8b",
          tp=2, eager=True, batched=8192),
     # Qwen3-30B-A3B-Instruct-2507 (Qwen3-30B-A3B's shapes) quantised to FP8 on the fly.
     dict(log=CAL + "015_v0.22.1_H100-80GB_qwen3-30b-a3b-instruct-2507_moe_fp8-online_8k_excerpt.log",
-         gpu="H100-SXM", model="qwen3-30b-a3b", quantization="fp8", batched=8192, seqs=64, flashinfer=True),
+         gpu="H100-SXM", model="qwen3-30b-a3b", quantization="fp8", batched=8192, seqs=64),
     dict(log=CAL + "017_v0.12.0_2xH100-80GB_tp2_qwen3-30b-a3b_moe_40k.log", gpu="H100-SXM", model="qwen3-30b-a3b",
          tp=2, batched=8192, seqs=64),
 ]
@@ -104,24 +103,37 @@ def _name(row):
     return os.path.basename(row["log"])[:48]
 
 
-def predict(row):
-    """(report of the log, plan from the log's inputs)."""
-    with open(os.path.join(FIXTURES, row["log"]), "rb") as handle:
-        report = vllm_log.parse(handle.read())
+def argv_of(row, report):
+    """The row as a `gpuhost plan` command line: the table plans with nothing the CLI does not take."""
     tp = row.get("tp", 1)
-    inputs = dict(
-        model_dir=os.path.join(FIXTURES, "models", row["model"]),
-        weights_gib=report["weights_gib"] * tp,  # the log prints one rank's
-        max_model_len=report["max_model_len"],
-        gpu_memory_utilization=report["gpu_memory_utilization"],
-        vllm_version=row.get("version") or report["vllm_version"],
-        tensor_parallel_size=tp, kv_cache_dtype=row.get("kv", "auto"), quantization=row.get("quantization"),
-        max_num_batched_tokens=row.get("batched"), max_num_seqs=row.get("seqs"),
-        enforce_eager=row.get("eager", False), flashinfer=row.get("flashinfer"), pooling=row.get("pooling", False),
-        expert_parallel=row.get("ep", False), gpu_name=row.get("gpu"))
+    argv = ["--model", os.path.join(FIXTURES, "models", row["model"]),
+            "--weights-gib", repr(report["weights_gib"] * tp),  # the log prints one rank's
+            "--vllm-version", row.get("version") or report["vllm_version"],
+            "--tensor-parallel-size", str(tp), "--kv-cache-dtype", row.get("kv", "auto")]
+    for key, flag in (("max_model_len", "--max-model-len"), ("gpu_memory_utilization", "--gpu-memory-utilization")):
+        if report[key] is not None:  # not printed: the CLI's default, as for any user
+            argv += [flag, repr(report[key])]
+    for key, flag in (("quantization", "--quantization"), ("batched", "--max-num-batched-tokens"),
+                      ("seqs", "--max-num-seqs"), ("gpu", "--gpu"), ("sampler", "--sampler")):
+        if row.get(key) is not None:
+            argv += [flag, str(row[key])]
+    for key, flag in (("eager", "--enforce-eager"), ("pooling", "--pooling"), ("ep", "--enable-expert-parallel")):
+        if row.get(key):
+            argv.append(flag)
     if "total_gib" in row:  # the CUDA total as the log prints it: nothing more to take off
-        inputs.update(gpu_memory_mib=int(round(row["total_gib"] * 1024)), gpu_reserved_mib=0)
-    return report, vp.plan(**inputs)
+        argv += ["--gpu-memory-mib", str(int(round(row["total_gib"] * 1024))), "--gpu-reserved-mib", "0"]
+    return argv
+
+
+def report_of(row):
+    with open(os.path.join(FIXTURES, row["log"]), "rb") as handle:
+        return vllm_log.parse(handle.read())
+
+
+def predict(row):
+    """(report of the log, plan from the log's inputs, given as the CLI takes them)."""
+    report = report_of(row)
+    return report, vp.plan(**plan_cli.inputs_of(argv_of(row, report)))
 
 
 TABLE = {}
@@ -231,3 +243,33 @@ def test_batch_defaults_are_what_vllm_printed(log, expected):
     total_gib = gpu_memory.cuda_total_mib(row["total_mib"], row["reserved_mib"]) / 1024.0
     tokens, _ = vo.batch_defaults(vo.generation(version)[1], version, total_gib, row["key"], max_model_len)
     assert tokens == printed
+
+
+def test_rows_carry_only_what_the_cli_takes():
+    """Every input of a row becomes a `gpuhost plan` argument (argv_of); nothing else reaches plan()."""
+    known = {"log", "model", "gpu", "total_gib", "tp", "version", "kv", "quantization", "batched", "seqs",
+             "eager", "pooling", "ep", "sampler", "verdict"}
+    for row in ROWS:
+        assert set(row) <= known, (_name(row), set(row) - known)
+        assert "flashinfer" not in row
+
+
+@pytest.mark.parametrize("version, image, sampler, expected", [
+    # The calibration logs: pip installs of 0.10/0.11.0 print "FlashInfer is not available" ...
+    ((0, 10, 0), None, "auto", False), ((0, 11, 0), None, "auto", False),
+    # ... 0.22/0.26 (the wheel requires flashinfer-python from 0.11.1) "Using FlashInfer".
+    ((0, 22, 1), None, "auto", True), ((0, 26, 1), None, "auto", True), (None, None, "auto", True),
+    # The official image carries it in every version.
+    ((0, 11, 0), "vllm/vllm-openai:v0.11.0", "auto", True),
+    ((0, 9, 2), "docker.io/vllm/vllm-openai:v0.9.2@sha256:" + "a" * 64, "auto", True),
+    ((0, 11, 0), "registry.example/team/vllm-custom:v0.11.0", "auto", False),
+    # The operator's word wins.
+    ((0, 11, 0), None, "flashinfer", True), ((0, 22, 0), "vllm/vllm-openai:v0.22.0", "native", False),
+])
+def test_flashinfer_is_derived_from_the_install(version, image, sampler, expected):
+    assert vo.flashinfer_installed(version, image, sampler) is expected
+
+
+def test_unknown_sampler_is_refused():
+    with pytest.raises(ValueError):
+        vo.flashinfer_installed((0, 11, 0), None, "fast")

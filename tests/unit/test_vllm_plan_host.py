@@ -165,6 +165,17 @@ def test_host_plan_uses_each_gpus_facts_and_the_images_version(models):
     assert result["lines"][0].startswith("vllm plan big: ")
 
 
+def test_host_plan_takes_the_instances_sampler(models):
+    """0.11.0: the official image carries FlashInfer; another image is taken for a pip install
+    (sort) unless the instance says sampler: flashinfer."""
+    plans = vhp.plan_host([
+        instance("official", "qwen3-4b", [1], 0.3, 8192),
+        instance("custom", "qwen3-4b", [1], 0.3, 8192, image="registry.example/vllm-custom:v0.11.0"),
+        instance("said", "qwen3-4b", [1], 0.3, 8192, image="registry.example/vllm-custom:v0.11.0",
+                 sampler="flashinfer")], [H100, L4], models)["plans"]
+    assert [plans[n]["engine"]["sampler"] for n in ("official", "custom", "said")] == ["flashinfer", "sort", "flashinfer"]
+
+
 def test_host_plan_refuses_an_overflowing_gpu_with_the_names(models):
     result = vhp.plan_host([instance("r%d" % i, "qwen3-4b", [1], 0.4, 4096) for i in range(4)], [H100, L4], models)
     assert result["refused"] == ["r0", "r1", "r2", "r3"]
@@ -196,7 +207,7 @@ def test_a_measured_start_makes_the_next_plan_exact():
         report = vllm_log.parse(handle.read())
     inputs = dict(gpu_name="L4", gpu_memory_utilization=0.92, max_model_len=32000, max_num_seqs=128,
                   model_dir=os.path.join(MODELS, "llama-3.1-8b-instruct"), weights_gib=report["weights_gib"],
-                  vllm_version="0.11.0", flashinfer=False)
+                  vllm_version="0.11.0")
     first = vp.plan(**inputs)
     entry = vme.measured_entry(first, report)
     assert entry["weights_gib"] == report["weights_gib"] and entry["kv_cache_gib"] == report["kv_cache_gib"]
