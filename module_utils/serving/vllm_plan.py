@@ -35,6 +35,7 @@ band, verdict and remedies.
 """
 import math
 import os
+import re
 
 from ansible.module_utils.gpu import gpu_memory
 from ansible.module_utils.serving import vllm_overheads as vo
@@ -50,9 +51,26 @@ MIB = 1024 ** 2
 BLOCK_SIZE = 16  # vLLM's default KV block: the pool is counted in whole blocks
 MAX_UTILIZATION = 0.95  # highest value the utilisation remedy proposes
 
-# The band (see band_of): the worst |error| of the predicted KV tokens on the table of real
-# startup logs (tests/unit/test_vllm_plan_corpus.py prints it), rounded up.
-BAND_SHARE = 0.03
+# The band (see band_of), per configuration family: the leave-one-out error of the predicted KV
+# tokens on the calibration table of real startup logs (tests/unit/test_vllm_plan_corpus.py
+# recomputes it: each log predicted with the constants it set refitted without it,
+# vllm_overheads.FITTED), its worst |error| in the family rounded up to half a percent, not
+# under the default family's; a family of fewer than FEW_LOGS logs takes the default share on top.
+FEW_LOGS = 3
+BANDS = {
+    "default": (0.03, "leave-one-out worst 2.52 % over 12 logs (calibration 009, L40S FP8)"),
+    "v0": (0.13, "leave-one-out 9.68 % on its 1 log (corpus 041, its CUDA context), + 0.03 for few logs"),
+    "v0_tensor_parallel": (0.06, "leave-one-out worst 0.29 % over 2 logs (corpus 008/009), + 0.03 for few logs"),
+    "moe_consumer": (0.11, "leave-one-out 7.86 % on its 1 log (calibration 008, RTX 3090), + 0.03 for few logs"),
+    "multimodal": (0.06, "leave-one-out worst 0.17 % over 2 logs (corpus 005, calibration 013), + 0.03 for "
+                         "few logs"),
+    "expert_parallel": (0.09, "leave-one-out 5.63 % on its 1 log (corpus 021), + 0.03 for few logs"),
+    "unified_memory": (0.185, "leave-one-out 15.06 % on its 1 log (corpus 045, GB10), + 0.03 for few logs"),
+    "no_config": (0.06, "no log: twice the default"),
+}
+BAND_SHARE = BANDS["default"][0]
+# GeForce cards (RTX 2080-5090): consumer boards, MoE on them is a family of its own.
+_CONSUMER = re.compile(r"geforce|\brtx[- ]?[2-5]0[5-9]0\b", re.I)
 # Never narrower than this many GiB of KV share: the logs print GiB to two decimals and
 # the profiling run's small allocations vary by that much.
 BAND_FLOOR_GIB = 0.05
@@ -195,6 +213,7 @@ def compute(spec):
         "max_concurrency": round(concurrency, 2),
         "band": {
             "share": band["share"],
+            "family": band["family"],
             "gib": round(band["gib"], 3),
             "source": band["source"],
             "kv_cache_tokens": [low_tokens, high_tokens],
@@ -222,24 +241,42 @@ def compute(spec):
     return plan
 
 
+def band_family(spec):
+    """The configuration family whose leave-one-out error is this plan's band (BANDS)."""
+    arch = spec.get("arch")
+    if arch is None:
+        return "no_config"
+    if spec["device"]["unified_memory"]:
+        return "unified_memory"
+    if spec["expert_parallel"]:
+        return "expert_parallel"
+    if vo.generation(spec["version"])[1]["engine"] == "V0":
+        return "v0_tensor_parallel" if spec["tensor_parallel_size"] > 1 else "v0"
+    if arch.get("vision") or spec["pooling"]:
+        return "multimodal"
+    if arch.get("num_experts") and _CONSUMER.search(str(spec["device"]["card"] or spec.get("gpu_name") or "")):
+        return "moe_consumer"
+    return "default"
+
+
 def band_of(spec, kv_gib, device):
-    """The plan's own uncertainty in GiB of KV share: the worst error of the model on the
-    table of real logs (BAND_SHARE of the KV share, at least BAND_FLOOR_GIB), doubled where
-    a term rests on a single log or no config, plus the spread of the driver's reservation
-    when the host did not report it.  A plan from this host's own measurement only carries
-    the logs' rounding."""
+    """The plan's own uncertainty in GiB of KV share: its family's leave-one-out error on the
+    table of real logs (BANDS: a share of the KV share, at least BAND_FLOOR_GIB, twice that
+    floor outside the default family), plus the spread of the driver's reservation when the
+    host did not report it.  A plan from this host's own measurement only carries the logs'
+    rounding."""
+    family = band_family(spec)
     if spec.get("measured") is not None and spec.get("activation_gib") is None:
         share, floor, source = MEASURED_BAND_SHARE, MEASURED_BAND_FLOOR_GIB, "measured on this host"
     else:
-        share, floor, source = BAND_SHARE, BAND_FLOOR_GIB, "model error on real startup logs"
-        if spec.get("arch") is None or spec["expert_parallel"] or device["unified_memory"]:
-            share, floor = 2 * share, 2 * floor
-            source += " (doubled: a term fitted on one log, or no config.json)"
+        share, why = BANDS[family]
+        floor = BAND_FLOOR_GIB if family == "default" else 2 * BAND_FLOOR_GIB
+        source = "model error on real startup logs, %s: %s" % (family.replace("_", " "), why)
     gib = max(floor, share * abs(kv_gib))
     if device["reserved_source"] != "facts" and spec.get("measured") is None:
         gib += RESERVED_SPREAD_MIB * spec["gpu_memory_utilization"] / 1024.0
         source += "; driver reservation not reported by the host (+-%d MiB)" % RESERVED_SPREAD_MIB
-    return {"share": share, "gib": gib, "source": source}
+    return {"share": share, "gib": gib, "source": source, "family": family}
 
 
 def _band_text(plan, key="max_concurrency"):
