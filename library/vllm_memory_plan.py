@@ -26,8 +26,8 @@ description:
     O(vllm_version). Figures this host measured at an earlier start of the same image,
     model and arguments (O(measured_path), written by C(vllm_plan_measurement)) win over
     the model; given figures win over both.
-  - Every plan carries a band (the model's own error on real startup logs). Verdict
-    C(refuse) only when even the optimistic end of the band holds less than one
+  - Every plan carries a band (the model's leave-one-out error on real startup logs, per
+    configuration family, wider where a family has few logs). Verdict C(refuse) only when even the optimistic end of the band holds less than one
     full-length request, when the KV share cannot be positive, when the budget is more
     than the free memory, or when several instances on one GPU ask for more than the
     device; C(warn) inside the band around 1x and below 4x; C(ok) from 4x.
@@ -308,7 +308,8 @@ plan:
       description: "Full-length requests the KV cache holds at once."
       type: float
     band:
-      description: "share, gib, source, kv_cache_tokens [low, high], max_concurrency [low, high]."
+      description: "share, family (its leave-one-out error's configuration family), gib, source, kv_cache_tokens
+        [low, high], max_concurrency [low, high]."
       type: dict
     instances:
       description: "Per GPU: {gpu_index, names, sum_utilization, required_mib, held_mib, total_mib, fits}."

@@ -18,7 +18,8 @@ engine/arg_utils.py, v1/sample/): the file and function are named at each rule.
 The activation peak is modelled from what the profiling run allocates; the few
 constants that no source gives (bytes per sampler element, MoE scratch factor, the
 non-torch base) were fitted on real startup logs (tests/unit/test_vllm_plan_corpus.py
-holds the table, one row per log) and the plan's band is that table's own error.
+holds the table, one row per log; FITTED names which); the plan's band is their
+leave-one-out error (vllm_plan.BANDS).
 """
 import re
 
