@@ -48,7 +48,8 @@ description:
     C(docker run --rm --pull never --network none IMAGE nvidia-smi -L), then NVIDIA's CUDA sample
     (O(cuda_probe_image), C(/cuda-samples/vectorAdd)) the same way - which create containers that
     docker removes when they exit, pull nothing and change nothing on the host; O(container_check)
-    turns them off.
+    turns them off. With O(training), one more such container reads the limits it gets
+    (C(--entrypoint cat IMAGE /proc/self/limits)).
 version_added: "1.0.0"
 author: gpuhost maintainers (!UNKNOWN)
 options:
@@ -102,6 +103,15 @@ options:
     type: str
     choices: [auto, always, never]
     default: auto
+  training:
+    description:
+      - "The host is declared for training (gpuhost_training): the C(container_limits) check (docker layer) runs one
+        more C(--rm) container and fails unless it gets seed 000's training limits: memlock unlimited and a stack
+        of at least 64 MiB (C(--ulimit memlock=-1 --ulimit stack=67108864)). NCCL and data loaders pin host
+        memory; docker's default memlock is 64 KiB or 8 MiB. The evidence says whether daemon.json sets
+        C(default-ulimits). False, the check is skipped."
+    type: bool
+    default: false
   kernel_log_command:
     description:
       - "Command whose output is the kernel log since boot, searched for C(NVRM: Xid) lines. A string
@@ -220,7 +230,7 @@ checks:
     - Every check in order, each with C(name), C(layer), C(status), C(required), C(summary), C(remedy),
       C(evidence) (C(command), C(rc), C(lines)) and C(data).
     - "Names: hardware, pci, kernel_module, module_signature, next_boot, device_nodes, nvml, fabric, persistence, docker (containerd on a
-      containerd engine), toolkit, runtime, dev_char, cdi_spec,
+      containerd engine), container_limits, toolkit, runtime, dev_char, cdi_spec,
       cdi_list, container_gpus, gpus_path, container_cdi, container_cuda, serving_gpus, serving_running, zombies,
       throttle, xid, compute_mode."
   returned: always
@@ -322,6 +332,7 @@ ARGUMENT_SPEC = dict(
     cuda_probe_command=dict(type="list", elements="str", default=list(DEFAULT_CUDA_PROBE_COMMAND)),
     container_check=dict(type="bool", default=True),
     cdi_container_check=dict(type="str", choices=["auto", "always", "never"], default="auto"),
+    training=dict(type="bool", default=False),
     kernel_log_command=dict(type="raw", default="dmesg"),
     cdi_spec_path=dict(type="path", default="/etc/cdi/nvidia.yaml"),
     toolkit_packages=dict(type="list", elements="str", default=list(DEFAULT_TOOLKIT_PACKAGES)),
@@ -349,6 +360,7 @@ def main():
         "cuda_probe_command": params["cuda_probe_command"],
         "container_check": params["container_check"],
         "cdi_container_check": params["cdi_container_check"],
+        "training": params["training"],
         "kernel_log_command": argv,
         "kernel_log_command_text": " ".join(argv),
         "cdi_spec_path": params["cdi_spec_path"],

@@ -3,12 +3,15 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Layer `docker` (the container engine): docker answers `docker info` with a config it accepts, or, on a
-Kubernetes node, containerd answers `ctr version`."""
+Kubernetes node, containerd answers `ctr version`; on a host declared for training, a container gets the limits
+training needs (`container_limits`)."""
 import json
 import re
 
 from ansible.module_utils.containers.versions import engine_major
 from ansible.module_utils.containers.daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
+from ansible.module_utils.host.limits import (
+    MEMLOCK, STACK, UNLIMITED, LimitsParseError, at_least, describe, parse_limits)
 from ansible.module_utils.layers.generic import basics
 from ansible.module_utils.layers.base import (
     DEFAULT_DOCKER_CONFIG, TIMEOUT_RC, _cmd, _grep, _lines, _out, evidence, guarded, result)
@@ -195,4 +198,119 @@ def _engine(ctx):
                    ctx.get("runtime_bin_found"), ctx.opts["docker_config"])
 
 
-CHECKS = {"docker_basics": basics("docker"), "docker": _engine}
+# Seed 000's training container: `--ulimit memlock=-1 --ulimit stack=67108864` (the docker role's default-ulimits
+# where gpuhost_training is set, daemon_json.TRAINING_ULIMITS).
+TRAINING_STACK = 67108864
+TRAINING_FLAGS = "--ulimit memlock=-1 --ulimit stack=%d" % TRAINING_STACK
+REMEDY_TRAINING = ("set gpuhost_training: true and run site.yml --tags docker (it merges default-ulimits memlock=-1 "
+                   "and stack=%d into {config} and restarts docker), or run each training container with "
+                   + TRAINING_FLAGS) % TRAINING_STACK
+# runc's setrlimit(2) refused: dockerd (and so runc) may not raise a limit above its own hard limit without
+# CAP_SYS_RESOURCE, as inside an unprivileged LXC or container. The type is the kernel's RLIMIT_* number.
+_RLIMIT_REFUSED = re.compile(r"error setting rlimit type (\d+): operation not permitted", re.I)
+RLIMIT_NAMES = {"3": "stack", "7": "nofile", "8": "memlock"}
+
+
+def default_ulimits(daemon_json_text, docker_config=DEFAULT_DOCKER_CONFIG):
+    """daemon.json's `default-ulimits` for memlock and stack: {name: {"Soft", "Hard"} or None}, or None where the
+    file does not read (the docker check names why)."""
+    try:
+        config = parse_daemon_json(daemon_json_text, docker_config)
+    except DaemonJsonError:
+        return None
+    ulimits = config.get("default-ulimits") if isinstance(config.get("default-ulimits"), dict) else {}
+    return dict((name, ulimits.get(name) if isinstance(ulimits.get(name), dict) else None)
+                for name in ("memlock", "stack"))
+
+
+def _ulimit_text(entry):
+    if entry is None:
+        return "not set"
+    soft = entry.get("Soft")
+    return "unlimited" if soft == -1 else describe(soft) if isinstance(soft, int) else repr(soft)
+
+
+def check_container_limits(cap, daemon_json_text, training, docker_config=DEFAULT_DOCKER_CONFIG):
+    """On a host declared for training (gpuhost_training), the limits a fresh container gets (`cat
+    /proc/self/limits` in the check image): memlock unlimited (NCCL, UCX and data loaders pin host memory;
+    docker's default is 64 KiB or 8 MiB) and a stack of at least 64 MiB, seed 000's training flags."""
+    command = "docker run --rm --entrypoint cat <check image> /proc/self/limits"
+    if not training:
+        return result("container_limits", "docker", "skipped",
+                      "the host is not declared for training (gpuhost_training)", ev=evidence(command))
+    if cap is None:
+        return result("container_limits", "docker", "skipped", "container check disabled (container_check)",
+                      ev=evidence(command))
+    ulimits = default_ulimits(daemon_json_text, docker_config)
+    daemon_line = ("%s: unreadable (the docker check names why)" % docker_config if ulimits is None else
+                   "%s default-ulimits: memlock %s, stack %s" % (docker_config, _ulimit_text(ulimits["memlock"]),
+                                                                _ulimit_text(ulimits["stack"])))
+    data = {"default_ulimits": ulimits, "needs": {"memlock": UNLIMITED, "stack": TRAINING_STACK}}
+    remedy = REMEDY_TRAINING.format(config=docker_config)
+    out = _out(cap)
+    refused = _RLIMIT_REFUSED.search(out)
+    if cap.get("rc") != 0 and refused:
+        limit = RLIMIT_NAMES.get(refused.group(1), "type %s" % refused.group(1))
+        return result("container_limits", "docker", "fail",
+                      "containers cannot start with the %s limit docker asks for: the kernel refused it (%s) - "
+                      "dockerd may not raise a limit above its own without CAP_SYS_RESOURCE (docker inside an "
+                      "unprivileged LXC or container)" % (limit, refused.group(0)),
+                      remedy="run docker where it may raise limits (a VM, a privileged LXC or the host), or lower "
+                             "%s's default-ulimits (and --ulimit) to dockerd's own hard limits "
+                             "(`cat /proc/$(pidof dockerd)/limits`)" % docker_config,
+                      ev=evidence(_cmd(cap), _grep(out, r"rlimit") + [daemon_line], cap.get("rc")),
+                      data=dict(data, refused=limit))
+    limits = None
+    if cap.get("rc") == 0:
+        try:
+            limits = parse_limits(cap.get("stdout"))
+        except LimitsParseError:
+            limits = None
+    if not limits or MEMLOCK not in limits or STACK not in limits:
+        lines = _lines(out)[:4]
+        return result("container_limits", "docker", "warn",
+                      "could not read the limits a container gets: %s"
+                      % (lines[0] if lines else "exit status %s" % cap.get("rc")),
+                      remedy="check that the check image is loaded (`docker image ls`) and runs `cat`",
+                      ev=evidence(_cmd(cap), lines + [daemon_line], cap.get("rc")), data=data)
+    memlock, stack = limits[MEMLOCK], limits[STACK]
+    data.update({"memlock": memlock, "stack": stack})
+    rows = [l.strip() for l in _lines(cap.get("stdout")) if l.strip().startswith((MEMLOCK, STACK))]
+    ev = evidence(_cmd(cap), rows + [daemon_line], cap.get("rc"))
+    short = []
+    if memlock["soft"] != UNLIMITED:
+        short.append("memlock %s (training needs unlimited: NCCL and data loaders pin host memory, and fail "
+                     "with 'Cannot allocate memory' or 'cannot allocate pinned memory')" % describe(memlock["soft"]))
+    if not at_least(stack["soft"], TRAINING_STACK):
+        short.append("stack %s (training needs %s)" % (describe(stack["soft"]), describe(TRAINING_STACK)))
+    if not short:
+        return result("container_limits", "docker", "ok",
+                      "a container gets the training limits: memlock %s, stack %s"
+                      % (describe(memlock["soft"]), describe(stack["soft"])), ev=ev, data=data)
+    if ulimits and ulimits["memlock"] and ulimits["stack"]:
+        # daemon.json asks for limits the container does not get: a value gpuhost kept (an operator's, lower),
+        # or a daemon that has not read the file since.
+        wanted = (ulimits["memlock"].get("Soft") == -1 and isinstance(ulimits["stack"].get("Soft"), int)
+                  and ulimits["stack"]["Soft"] >= TRAINING_STACK)
+        remedy = ("restart docker (`systemctl restart docker`): it reads default-ulimits when it starts" if wanted else
+                  "raise %s's default-ulimits by hand to memlock -1 and stack %d (gpuhost keeps the values the "
+                  "file already has), then `systemctl restart docker`; or run each training container with %s"
+                  % (docker_config, TRAINING_STACK, TRAINING_FLAGS))
+    return result("container_limits", "docker", "fail",
+                  "a container on this training host gets %s" % "; ".join(short), remedy=remedy, ev=ev, data=data)
+
+
+def _container_limits(ctx):
+    training = ctx.opts.get("training")
+    if training and ctx.engine != "docker":
+        return result("container_limits", "docker", "skipped",
+                      "the training limits checked are docker's default-ulimits (a Kubernetes node's pods get "
+                      "containerd's own)", ev=evidence())
+    if training and ctx.check("docker")["status"] != "ok":
+        return result("container_limits", "docker", "skipped", "docker is not running",
+                      ev=evidence("docker info"))
+    return guarded("container_limits", "docker", check_container_limits, ctx.get("container_limits"),
+                   ctx.get("daemon_json"), training, ctx.opts["docker_config"])
+
+
+CHECKS = {"docker_basics": basics("docker"), "docker": _engine, "container_limits": _container_limits}

@@ -102,8 +102,9 @@ REGISTRY = (
            repair=("nvidia_persistence", "nvidia_mig"), catalogue=("persistence",),
            # Ubuntu's unit runs `nvidia-persistenced --user nvidia-persistenced`, Debian's `--user nvpd`.
            owns=owns(units=(unit("nvidia-persistenced.service", user_option="--user"),))),
-    _layer("docker", "docker engine", roles=("docker",), tags=("docker",), checks=("docker",), module="engine",
-           drift=True, repair=("docker",), catalogue=("docker",),
+    # container_limits: on a host declared for training, the limits a container gets (docker's default-ulimits).
+    _layer("docker", "docker engine", roles=("docker",), tags=("docker",), checks=("docker", "container_limits"),
+           module="engine", drift=True, repair=("docker",), catalogue=("docker",),
            engine_titles={"containerd": "containerd engine"},
            owns=owns(packages=packages(patterns=("docker-ce", "docker-ce-cli", "docker.io", "containerd.io",
                                                  "containerd", "runc", "moby-*")),
@@ -112,7 +113,7 @@ REGISTRY = (
                      disks=(Disk("docker_root", "docker's data-root", 1 * GIB, 2 * GIB),
                             Disk("/var/lib/gpuhost", "gpuhost's state", 64 * MIB, 256 * MIB)),
                      failures=("docker_info", "dockerd_validate", "container_gpus", "container_cuda", "container_cdi",
-                               "container_env"),
+                               "container_env", "container_limits"),
                      engine="docker")),
     _layer("toolkit", "toolkit packages", roles=("nvidia_container_toolkit",), tags=("toolkit",),
            checks=("toolkit",), drift=True, repair=("nvidia_container_toolkit",), catalogue=("toolkit",),

@@ -98,6 +98,8 @@ DEFAULT_OPTIONS = {
     "container_engine": "auto",
     "containerd_namespace": DEFAULT_CONTAINERD_NAMESPACE,
     "mig_layout": None,
+    # A host declared for training (gpuhost_training): a container must get seed 000's limits (container_limits).
+    "training": False,
     # gpuhost's record: the serving containers it deployed (layer serving).
     "record_path": "/etc/ansible/facts.d/gpuhost.fact",
 }
@@ -234,6 +236,11 @@ def capture(io, options=None):
         if opts["cuda_probe_image"] and caps["container_gpus"].get("rc") == 0:
             caps["container_cuda"] = _run(io, base + ["--gpus", "all", opts["cuda_probe_image"]]
                                           + list(opts["cuda_probe_command"]))
+        if opts["training"]:
+            # The limits any container gets (daemon.json's default-ulimits, else dockerd's own): no GPU needed,
+            # and `cat` past the image's entrypoint, whose banner would mix with the table.
+            caps["container_limits"] = _run(io, base + ["--entrypoint", "cat", opts["check_image"],
+                                                        "/proc/self/limits"])
         try:
             config = parse_daemon_json(caps.get("daemon_json"))
         except DaemonJsonError:
