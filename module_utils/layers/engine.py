@@ -242,9 +242,11 @@ def check_container_limits(cap, daemon_json_text, training, docker_config=DEFAUL
         return result("container_limits", "docker", "skipped", "container check disabled (container_check)",
                       ev=evidence(command))
     ulimits = default_ulimits(daemon_json_text, docker_config)
-    daemon_line = ("%s: unreadable (the docker check names why)" % docker_config if ulimits is None else
-                   "%s default-ulimits: memlock %s, stack %s" % (docker_config, _ulimit_text(ulimits["memlock"]),
-                                                                _ulimit_text(ulimits["stack"])))
+    if ulimits is None:
+        daemon_line = "%s: unreadable (the docker check names why)" % docker_config
+    else:
+        daemon_line = "%s default-ulimits: memlock %s, stack %s" % (
+            docker_config, _ulimit_text(ulimits["memlock"]), _ulimit_text(ulimits["stack"]))
     data = {"default_ulimits": ulimits, "needs": {"memlock": UNLIMITED, "stack": TRAINING_STACK}}
     remedy = REMEDY_TRAINING.format(config=docker_config)
     out = _out(cap)
