@@ -145,8 +145,10 @@ def test_explicit_arguments_win_over_the_gpus():
 
 # --- the roles pass the GPUs -------------------------------------------------------------------
 
-CALLERS = [("roles/vllm/tasks/image.yml", "vllm_image_cuda"),
-           ("roles/gpu_validate/tasks/main.yml", "gpu_validate_image_cuda")]
+# Each caller's cuda_image_check tasks, by register: the vllm role judges an image before its pull (on the
+# configuration its registry gives) and, for images the host had or the registry could not tell about, after it.
+CALLERS = [("roles/vllm/tasks/image.yml", ("vllm_image_cuda_before_pull", "vllm_image_cuda")),
+           ("roles/gpu_validate/tasks/main.yml", ("gpu_validate_image_cuda",))]
 
 
 def cuda_check_tasks(path):
@@ -168,16 +170,17 @@ def test_every_cuda_image_check_in_roles_and_playbooks_is_a_known_caller():
     assert sorted(found) == sorted(path for path, _ in CALLERS)
 
 
-@pytest.mark.parametrize("path, register", CALLERS)
-def test_role_task_passes_the_gpu_facts(path, register):
-    (task,) = cuda_check_tasks(path)
-    assert task["register"] == register
-    args = task["cuda_image_check"]
-    assert "ansible_facts.nvidia.gpus" in args["gpus"]
-    assert "driver_version_userspace" in args["driver_version"]
-    assert "cuda_driver_version" in args["driver_cuda_version"]
-    # Brand and class come from the facts through the module (Python), never decided in Jinja here.
-    assert "gpu_brands" not in args and "datacenter" not in args
+@pytest.mark.parametrize("path, registers", CALLERS)
+def test_role_task_passes_the_gpu_facts(path, registers):
+    tasks = cuda_check_tasks(path)
+    assert tuple(task["register"] for task in tasks) == registers
+    for task in tasks:
+        args = task["cuda_image_check"]
+        assert "ansible_facts.nvidia.gpus" in args["gpus"]
+        assert "driver_version_userspace" in args["driver_version"]
+        assert "cuda_driver_version" in args["driver_cuda_version"]
+        # Brand and class come from the facts through the module (Python), never decided in Jinja here.
+        assert "gpu_brands" not in args and "datacenter" not in args
 
 
 _PLUGINS = []
@@ -198,16 +201,18 @@ def test_vllm_role_judges_each_image_on_its_instances_gpus():
     # The eight H100s of 055 and the RTX 4090 of 022 as GPU 8: an image is judged on the GPUs its
     # instances are given, so a 4090 beside the H100s does not refuse the H100s' image.
     gpus = facts(H100_565)["gpus"] + [dict(facts(RTX4090_535)["gpus"][0], index=8)]
-    (task,) = cuda_check_tasks("roles/vllm/tasks/image.yml")
+    tasks = cuda_check_tasks("roles/vllm/tasks/image.yml")
+    assert len(tasks) == 2   # before the pull and after it: the same GPUs
     variables = {"ansible_facts": {"nvidia": {"gpus": gpus}},
                  "vllm_resolved": [{"name": "a", "image": "vllm/vllm-openai:v0.9.0", "gpu_indexes": [0, 1]},
                                    {"name": "b", "image": "vllm/vllm-openai:v0.9.0", "gpu_indexes": [3]},
                                    {"name": "c", "image": "other:1", "gpu_indexes": [8]}]}
-    given = render(task["cuda_image_check"]["gpus"], dict(variables, item={"item": "vllm/vllm-openai:v0.9.0"}))
-    assert [g["index"] for g in given] == [0, 1, 3]
-    assert cr.gpu_classes(given) == (["NVIDIA"], True)
-    given = render(task["cuda_image_check"]["gpus"], dict(variables, item={"item": "other:1"}))
-    assert [g["index"] for g in given] == [8] and cr.gpu_classes(given) == (["GeForce"], False)
+    for task in tasks:
+        given = render(task["cuda_image_check"]["gpus"], dict(variables, item={"item": "vllm/vllm-openai:v0.9.0"}))
+        assert [g["index"] for g in given] == [0, 1, 3]
+        assert cr.gpu_classes(given) == (["NVIDIA"], True)
+        given = render(task["cuda_image_check"]["gpus"], dict(variables, item={"item": "other:1"}))
+        assert [g["index"] for g in given] == [8] and cr.gpu_classes(given) == (["GeForce"], False)
 
 
 def test_gpu_validate_judges_on_every_gpu_and_without_facts_on_none():

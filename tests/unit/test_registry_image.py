@@ -16,7 +16,7 @@ import threading
 import pytest
 
 from containers import registry_image as ri
-from conftest import FIXTURES, run_ansible_module
+from conftest import FIXTURES, ROOT, run_ansible_module
 
 REGISTRY = os.path.join(FIXTURES, "registry")
 V1_INDEX = "sha256:7ceb9b6bcc274697d0c38be6214b50cec79d601bc61708747d3f6cb772f6c6fa"       # testrepo:v1
@@ -391,3 +391,105 @@ def test_module_hub_name_is_skipped_with_its_reason():
 def test_module_fails_only_on_invalid_options(args, words):
     res = run_ansible_module("container_image_config", args)
     assert res["failed"] is True and words in res["msg"] and "Fix:" in res["msg"]
+
+
+# --- the vllm role: judged before the pull, pulled only when it passes ------------------------------
+
+STUB = r'''#!/usr/bin/python
+# WANT_JSON
+import json, sys
+with open(sys.argv[1]) as handle:
+    args = json.load(handle)
+with open(args["log"], "a") as handle:
+    handle.write(json.dumps([%(kind)r, args.get("name") or args["image"]]) + "\n")
+%(body)s
+'''
+STUBS = {
+    # docker_image_info: the images the case's host has (their Config.Env)
+    "stub_image_info": "print(json.dumps({'changed': False, 'images': [{'Config': {'Env': args['local'][args['name']]}}]"
+                       " if args['name'] in args['local'] else []}))",
+    # docker_image source: pull: recorded only
+    "stub_pull": "print(json.dumps({'changed': True}))",
+    # container_image_config: what the case's registry gives
+    "stub_remote": "print(json.dumps(dict({'changed': False}, **args['remote'][args['image']])))",
+}
+
+
+def run_image_tasks(cases, tmp_path):
+    import role_harness
+    from test_cuda_image_guard import facts
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name, body in STUBS.items():
+        (stubs / (name + ".py")).write_text(STUB % {"kind": name, "body": body})
+    with open(os.path.join(ROOT, "roles", "vllm", "tasks", "image.yml"), encoding="utf-8") as handle:
+        tasks = role_harness.load_tasks(handle.read())
+    swaps = {"community.docker.docker_image_info": "stub_image_info", "community.docker.docker_image": "stub_pull",
+             "container_image_config": "stub_remote"}
+    tasks = [role_harness.replace_module(t, role_harness.module_of(t), swaps.get(role_harness.module_of(t),
+                                                                                    role_harness.module_of(t)))
+             for t in tasks]
+    log = {"log": "{{ case_dir }}/calls"}
+    defaults = {"stub_image_info": dict(log, local="{{ case_local }}"), "stub_pull": log,
+                "stub_remote": dict(log, remote="{{ case_remote }}")}
+    for case in cases.values():
+        nvidia = facts(case.pop("smi"))   # nvidia_gpu_facts' driver_version_userspace is nvidia-smi's driver
+        case["vars"]["ansible_facts"] = {"nvidia": dict(nvidia, driver_version_userspace=nvidia["driver_version"])}
+        case["vars"].setdefault("case_local", {})
+        case["vars"].setdefault("vllm_image_precheck", True)
+        case["vars"]["vllm_image_precheck_registry_url"] = ""
+    capture = {"calls": "{{ lookup('ansible.builtin.file', case_dir ~ '/calls', errors='ignore') | default('') }}",
+               "verdicts": "{{ vllm_image_cuda_by_image | default(none) }}",
+               "before_pull": "{{ vllm_image_cuda_before_pull.results | default([]) | map(attribute='msg', default='')"
+                              " | list }}"}
+    out = role_harness.run_cases(cases, tasks, capture, "%s:%s" % (stubs, os.path.join(ROOT, "library")),
+                                 os.path.join(ROOT, "module_utils"), module_defaults=defaults)
+    for result in out.values():
+        result["calls"] = [tuple(json.loads(line)) for line in (result["calls"] or "").splitlines()]
+    return out
+
+
+def test_vllm_role_refuses_before_the_pull_and_pulls_what_passes(tmp_path):
+    from test_cuda_requirement import image_env
+    new = image_env("001_cuda-12.8.1_ubuntu2204_x86_64.txt", "12.8.1")    # no GeForce alternative
+    old = image_env("002_cuda-12.4.1_ubuntu2204_x86_64.txt", "12.4.1")    # geforce,driver>=535 among them
+    image, local_image, hub_image = "127.0.0.1:5000/vllm/vllm-openai:v0.11.0", "local/standin:1", "vllm/x:1"
+    instance = {"name": "a", "image": image, "gpu_indexes": [0]}
+    reachable = {"reachable": True, "reason": None, "env": new}
+    cases = {
+        # RTX 4090 on 535 (CUDA 12.2): the CUDA 12.8 image is refused, its pull never asked for
+        "refused": {"smi": "022_qx_535_RTX4090.xml",
+                    "vars": {"vllm_resolved": [instance], "case_remote": {image: reachable}}},
+        # 8x H100 on 565 (CUDA 12.7): the same image passes with forward compatibility (a warning) and is pulled
+        "datacenter": {"smi": "055_q_565.57.01_8xH100-SXM_fabric-completed-cliqueid0.txt",
+                       "vars": {"vllm_resolved": [instance], "case_remote": {image: reachable}}},
+        # an image the host has (loaded from a tarball) is never looked up in a registry nor pulled, and is judged
+        # after the pull step; a Hub name the module could not read is pulled and judged after the pull
+        "local_and_unread": {"smi": "022_qx_535_RTX4090.xml",
+                             "vars": {"vllm_resolved": [dict(instance, image=local_image),
+                                                        dict(instance, name="b", image=hub_image)],
+                                      "case_local": {local_image: old},
+                                      "case_remote": {hub_image: {"reachable": False, "reason": "no_registry_host",
+                                                                  "env": []}}}},
+        "precheck_off": {"smi": "022_qx_535_RTX4090.xml",
+                         "vars": {"vllm_resolved": [instance], "case_remote": {}, "vllm_image_precheck": False}},
+    }
+    out = run_image_tasks(cases, tmp_path)
+    refused = out["refused"]
+    assert refused["failed"]["task"] == "The driver runs each serving image's CUDA, judged before the pull"
+    (msg,) = refused["before_pull"]
+    assert "12.8" in msg and "12.2" in msg and "fix:" in msg
+    assert refused["calls"] == [("stub_image_info", image), ("stub_remote", image)]     # no pull
+    assert out["datacenter"]["failed"] is None
+    assert out["datacenter"]["calls"] == [("stub_image_info", image), ("stub_remote", image), ("stub_pull", image)]
+    assert out["datacenter"]["verdicts"][image]["verdict"] == "forward_compat"
+    mixed = out["local_and_unread"]
+    assert mixed["calls"] == [("stub_image_info", local_image), ("stub_image_info", hub_image),
+                              ("stub_remote", hub_image), ("stub_pull", hub_image),
+                              ("stub_image_info", local_image), ("stub_image_info", hub_image)]
+    # the local CUDA 12.4 image is still judged after the pull step, as before: on a GeForce its brand/driver
+    # alternative (forward compatibility) does not hold, so it is refused there
+    assert mixed["failed"]["task"] == "The driver runs each serving image's CUDA"
+    assert [item["item"] for item in mixed["failed"]["items"]] == [local_image]
+    off = out["precheck_off"]
+    assert ("stub_remote", image) not in off["calls"] and ("stub_pull", image) in off["calls"]
