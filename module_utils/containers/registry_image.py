@@ -33,10 +33,9 @@ import json
 import re
 
 try:
-    from urllib.parse import quote, urlencode, urlsplit
+    from urllib.parse import quote, urlencode
 except ImportError:  # Python 2
     from urllib import quote, urlencode  # noqa: F401
-    from urlparse import urlsplit  # noqa: F401
 
 
 class RegistryImageError(ValueError):
@@ -151,7 +150,7 @@ def manifest_headers():
 
 def verify_digest(data, digest):
     """True when data is what digest names; RegistryImageError when the algorithm is not one we can compute."""
-    algorithm, _, expected = digest.partition(":")
+    algorithm, expected = digest.partition(":")[::2]
     if algorithm not in _HASHES:
         raise RegistryImageError("digest %r: algorithm %r is not one of %s" % (digest, algorithm, ", ".join(_HASHES)))
     return _HASHES[algorithm](data).hexdigest() == expected.lower()
@@ -249,7 +248,7 @@ def parse_challenge(header):
     """(scheme lower-case, {param: value}) of one WWW-Authenticate challenge (RFC 7235 auth-param list;
     quoted values may hold commas, as scope="repository:samalba/my-app:pull,push")."""
     text = (header or "").strip()
-    scheme, _, rest = text.partition(" ")
+    scheme, rest = text.partition(" ")[::2]
     params = {}
     position = 0
     rest = rest.strip()
