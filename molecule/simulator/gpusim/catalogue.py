@@ -1,8 +1,9 @@
 """GPU models the simulator can put on the PCI bus.
 
 Contract (DESIGN.md): MODELS[key] has at least name, memory_total_mib, pci_device_id (int, e.g. 0x2BB5),
-pci_subsystem_id (int, 0xSSSS of subsystem vendor 10de), architecture, compute_capability ("12.0"),
-power_limit_w, needs_open_modules, min_branch. The other keys are what the renderers need.
+pci_subsystem_id (int, 0xSSSS of subsystem vendor pci_subsystem_vendor, default 0x10DE), architecture,
+compute_capability ("12.0"), power_limit_w, needs_open_modules, min_branch. The other keys are what the renderers
+need.
 
 Sources (checked while writing; all public):
 - names, memory, power limits as nvidia-smi prints them: corpus nvidia_smi/ 001, 018 (H100 80GB HBM3,
@@ -19,6 +20,18 @@ Sources (checked while writing; all public):
   "GH100 [H100 SXM5 80GB]" (2330), "GH100 [H200 SXM 141GB]" (2335), "AD104GL [L4]" (27b8),
   "GA100 [A100 SXM4 80GB]" (20b2).
 - H200 subsystem 0x18BE10DE (H200 SXM), L4 subsystem 0x16CA10DE (public -q -x / -q captures).
+- GeForce RTX 4090 ("rtx-4090"): corpus nvidia_smi/022 (-q -x, Linux 535.86.05, a Gigabyte board): name "NVIDIA
+  GeForce RTX 4090", product_brand "GeForce", "Ada Lovelace", 268410DE with subsystem 40BF1458 (subsystem vendor
+  1458, Gigabyte: the key pci_subsystem_vendor), fb total 24564 / reserved 346 / used 2 MiB idle, BAR1 256 MiB
+  (no resizable BAR; 033 on Windows shows 32768), ECC Disabled (GeForce has none), fan "0 %", P8 idle at
+  26.84 W, power limit 450 W (min 10, max 600; 033's board says min 150), vbios 95.02.18.80.5F, board part N/A,
+  GPU part 2684-300-A1, idle clocks 210/210/405/1185 MHz, max 3120/3120/10501/2415 MHz, T.Limit 43 C at 40 C,
+  max_device_link_gen 4 (PCIe 4.0; that host's slot is gen 3), MIG N/A. 033 (-q, 537.13) the same name, part
+  number and clocks; nvidia_smi_memory/RTX-4090_535.154.05 (reserved 346) and _550.127.05 (reserved 354).
+  lspci: "VGA compatible controller [0300]: NVIDIA Corporation AD102 [GeForce RTX 4090] [10de:2684] (rev a1)"
+  (public lspci -nn captures; pci.ids "2684  AD102 [GeForce RTX 4090]"). Compute capability 8.9 (NVIDIA's CUDA
+  GPU list, "GeForce RTX 4090"); min_branch 520 (CUDA 11.8 / 520.61.05 added 8.9; module_utils/gpu/gpu_arch.py
+  row "RTX Ada / GeForce RTX 40 series"); proprietary or open modules (Ada: either).
 """
 
 MODELS = {
@@ -176,6 +189,38 @@ MODELS = {
         "temp_tlimit_c": 50,
         "fan": False,
     },
+    "rtx-4090": {
+        "name": "NVIDIA GeForce RTX 4090",
+        "brand": "GeForce",
+        "architecture": "Ada Lovelace",
+        "compute_capability": "8.9",
+        "memory_total_mib": 24564,         # 022 (and 033, RTX-4090_535.154.05/_550.127.05)
+        "memory_reserved_mib": 346,        # 022 (535); 354 on 550.127.05
+        "memory_overhead_mib": 2,          # 022: 2 MiB used, no process
+        "bar1_total_mib": 256,             # 022
+        "pci_device_id": 0x2684,
+        "pci_subsystem_id": 0x40BF,        # 022: 40BF1458 (a Gigabyte board; no NVIDIA-made 4090 capture here)
+        "pci_subsystem_vendor": 0x1458,
+        "pci_name": "AD102 [GeForce RTX 4090]",
+        "pci_class": "0300",               # VGA compatible controller (a card with display outputs)
+        "pci_rev": "a1",
+        "power_limit_w": 450.0,            # 022
+        "power_min_w": 10.0,               # 022
+        "power_max_w": 600.0,              # 022
+        "power_idle_w": 26.84,             # 022, P8
+        "needs_open_modules": False,
+        "min_branch": 520,
+        "mig_capable": False,
+        "ecc_default": False,              # 022: ecc_mode Disabled
+        "vbios": "95.02.18.80.5F",         # 022
+        "board_part_number": "N/A",        # 022
+        "gpu_part_number": "2684-300-A1",  # 022, 033
+        "pcie_gen_max": 4,                 # 022 max_device_link_gen
+        "clocks_idle": (210, 210, 405, 1185),      # 022 (P8)
+        "clocks_max": (3120, 3120, 10501, 2415),   # 022 max_clocks (033 the same)
+        "temp_tlimit_c": 49,               # 022: T.Limit 43 C at 40 C (the renderer shows this + 34 - temp)
+        "fan": True,                       # 022: fan_speed 0 %
+    },
 }
 
 # Short names accepted by `gpusim init --gpus`.
@@ -186,6 +231,8 @@ ALIASES = {
     "h100-sxm": "h100",
     "h200-sxm": "h200",
     "a100": "a100-80gb",
+    "rtx4090": "rtx-4090",
+    "4090": "rtx-4090",
 }
 
 # HGX boards: eight SXM GPUs and their NVSwitches (docs/research/hgx-fabric-manager.md Q5: six gen2 on HGX
@@ -220,7 +267,7 @@ CUDA_BY_BRANCH = {
 
 
 def resolve(key):
-    key = key.strip().lower()
+    key = str(key).strip().lower()   # `gpusim set gpus.0.model 4090` stores the number 4090
     key = ALIASES.get(key, key)
     if key not in MODELS:
         raise KeyError("unknown GPU model %r (known: %s)" % (key, ", ".join(sorted(MODELS))))

@@ -67,8 +67,9 @@ def sysfs_path(bus_id):
 
 def modalias(model):
     cls = model.get("pci_class", "0302")
-    return "pci:v000010DEd0000%04Xsv000010DEsd0000%04Xbc%ssc%si00" % (
-        model["pci_device_id"], model["pci_subsystem_id"], cls[:2].upper(), cls[2:].upper())
+    return "pci:v000010DEd0000%04Xsv0000%04Xsd0000%04Xbc%ssc%si00" % (
+        model["pci_device_id"], model.get("pci_subsystem_vendor", 0x10DE), model["pci_subsystem_id"],
+        cls[:2].upper(), cls[2:].upper())
 
 
 def devices_text(state):

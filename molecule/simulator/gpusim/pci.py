@@ -19,7 +19,7 @@ CLASS_NAMES = {
     "0106": "SATA controller", "0680": "Bridge",
 }
 VENDORS = {"8086": "Intel Corporation", "1a03": "ASPEED Technology, Inc.", "10de": "NVIDIA Corporation",
-           "144d": "Samsung Electronics Co Ltd"}
+           "144d": "Samsung Electronics Co Ltd", "1458": "Gigabyte Technology Co., Ltd"}
 
 # An HGX H100/H200 board's NVSwitch (gen3) as real `lspci -nn` prints it (docs/research/hgx-fabric-manager.md
 # Q5): "bd:00.0 Bridge [0680]: NVIDIA Corporation GH100 [H100 NVSwitch] [10de:22a3] (rev a1)", subsystem
@@ -59,7 +59,8 @@ def devices(state):
         modules = ["nvidiafb", "nouveau"] + (["nvidia_drm", "nvidia"] if installed else [])
         out.append({"domain": dom, "bus": bus, "dev": dev, "fn": fn, "class": m.get("pci_class", "0302"),
                     "vendor": "10de", "device": "%04x" % m["pci_device_id"], "name": m["pci_name"],
-                    "rev": m.get("pci_rev", "a1"), "svendor": "10de", "sdevice": "%04x" % m["pci_subsystem_id"],
+                    "rev": m.get("pci_rev", "a1"), "svendor": "%04x" % m.get("pci_subsystem_vendor", 0x10DE),
+                    "sdevice": "%04x" % m["pci_subsystem_id"],
                     "sname": None, "driver": "nvidia" if driven else None, "modules": modules})
     for switch in state.get("nvswitches") or []:
         dom, bus, devfn = switch["pci_bus_id"].lower().split(":")

@@ -166,7 +166,7 @@ class Smi:
             "uuid": gpu["uuid"], "serial": gpu.get("serial") or "0000000000000",
             "pci_bus_id": gpu["pci_bus_id"], "pci_domain": dom, "pci_bus": bus, "pci_device": dev,
             "pci_device_id": "%04X10DE" % m["pci_device_id"],
-            "pci_sub_system_id": "%04X10DE" % m["pci_subsystem_id"],
+            "pci_sub_system_id": "%04X%04X" % (m["pci_subsystem_id"], m.get("pci_subsystem_vendor", 0x10DE)),
             "pci_class": m.get("pci_class", "0302"),
             "persistence": bool(gpu.get("persistence_mode")),
             "compute_mode": gpu.get("compute_mode") or "Default",
@@ -181,7 +181,7 @@ class Smi:
             "power_draw": float(draw), "power_limit": float(gpu.get("power_limit_w") or m["power_limit_w"]),
             "power_default": float(m["power_limit_w"]), "power_min": float(m.get("power_min_w", 100.0)),
             "power_max": float(m.get("power_max_w", m["power_limit_w"])),
-            "fan": gpu.get("fan_speed") if m.get("fan") else None,
+            "fan": (gpu.get("fan_speed") or 0) if m.get("fan") else None,   # a fan at rest: 0 % (022)
             "pstate": pstate, "clocks": clocks, "max_clocks": m["clocks_max"],
             "reasons": reasons, "compute_cap": m["compute_capability"],
             "vbios": m.get("vbios", "N/A"), "minor": gpu["index"],

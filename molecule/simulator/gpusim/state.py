@@ -34,7 +34,7 @@ DEFAULT_GPU = {
     "compute_mode": "Default",
     "mig_mode": False,
     "clocks_event_reasons": [],
-    "fan_speed": None,               # None: N/A (passively cooled server boards)
+    "fan_speed": None,               # None: N/A on passively cooled boards, 0 % on a model with a fan
     "performance_state": "P8",
 }
 

@@ -5,7 +5,7 @@
 #   install.sh --gpus MODEL[,MODEL...] [--branches 570,580] [--bus 17,31] [--driver VER[:open|proprietary]]
 #              [--nvswitches N] [--src DIR] [--no-boot] [--keep-state]
 #
-#   --gpus      catalogue keys: rtx-pro-6000-bse, h100, h200, l4, a100-80gb (gpusim/catalogue.py)
+#   --gpus      catalogue keys: rtx-pro-6000-bse, h100, h200, l4, a100-80gb, rtx-4090 (gpusim/catalogue.py)
 #   --branches  NVIDIA driver branches the (simulated) apt repo offers; ubuntu-drivers lists these
 #   --bus       PCI buses of the GPUs (hex), default 17,31,4b,...
 #   --driver    pre-install a driver in the state (default: none — a fresh host)

@@ -5,7 +5,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from simhelpers import corpus, edit, make_state, run_smi
-from gpusim import ctl
+from gpusim import ctl, pci, state as st
 
 
 def _h100_like_018(path):
@@ -130,6 +130,44 @@ def test_xml_v13_element_paths_equal_043(tmp_path):
     assert g1.findtext("gpu_power_readings/current_power_limit") == "700.00 W"
     for g in (g0, g1):   # same element order as the real capture
         assert [c.tag for c in g] == [c.tag for c in real.find("gpu")]
+
+
+# 022 (-q -x of an RTX 4090, 535.86.05) element by element: every value the catalogue's "rtx-4090" decides
+# (the simulator renders the v13 document of newer drivers; these elements are in both).
+RTX4090_022 = ["product_name", "product_brand", "product_architecture", "persistence_mode", "addressing_mode",
+               "mig_mode/current_mig", "mig_mode/pending_mig", "vbios_version", "board_part_number",
+               "gpu_part_number", "pci/pci_bus", "pci/pci_device_id", "pci/pci_sub_system_id",
+               "pci/pci_gpu_link_info/pcie_gen/max_device_link_gen", "fan_speed", "performance_state",
+               "clocks_event_reasons/clocks_event_reason_gpu_idle", "fb_memory_usage/total",
+               "fb_memory_usage/reserved", "fb_memory_usage/used", "bar1_memory_usage/total", "compute_mode",
+               "ecc_mode/current_ecc", "ecc_mode/pending_ecc", "ecc_errors/volatile/dram_correctable",
+               "retired_pages/double_bit_retirement/retired_count", "temperature/gpu_temp",
+               "temperature/gpu_temp_tlimit",
+               "gpu_power_readings/current_power_limit", "gpu_power_readings/default_power_limit",
+               "gpu_power_readings/min_power_limit", "gpu_power_readings/max_power_limit",
+               "clocks/graphics_clock", "clocks/sm_clock", "clocks/mem_clock", "clocks/video_clock",
+               "max_clocks/graphics_clock", "max_clocks/sm_clock", "max_clocks/mem_clock", "max_clocks/video_clock"]
+
+
+def test_xml_rtx_4090_values_equal_022(tmp_path):
+    p = tmp_path / "s.json"
+    make_state(p, models=("rtx-4090",), driver="535.86.05", modules="proprietary")
+    edit(p, lambda s: s["gpus"][0].update(pci_bus_id="00000000:84:00.0", temperature_c=40, persistence_mode=True))
+    out, rc = run_smi(p, "-q", "-x")
+    assert rc == 0
+    mine, real = ET.fromstring(out).find("gpu"), ET.fromstring(corpus("022_qx")).find("gpu")
+    assert mine.get("id") == real.get("id") == "00000000:84:00.0"
+    assert {k: mine.findtext(k) for k in RTX4090_022} == {k: real.findtext(k) for k in RTX4090_022}
+    # v13 names the draw instant_power_draw (043), v12 power_draw
+    assert mine.findtext("gpu_power_readings/instant_power_draw") == real.findtext("gpu_power_readings/power_draw") \
+        == "26.84 W"
+    table, _ = run_smi(p)
+    assert "|   0  NVIDIA GeForce RTX 4090        On  |   00000000:84:00.0 Off |                  Off |" in table
+    assert "|  0%   40C    P8             27W /  450W |       2MiB /  24564MiB |      0%      Default |" in table
+    # lspci as public `lspci -nnk` of 4090s prints it (a VGA controller; the subsystem of 022's Gigabyte board)
+    text = pci.render(st.load(str(p)), ["-nnk", "-d", "10de:"])[0].split("\n")
+    assert text[:2] == ["84:00.0 VGA compatible controller [0300]: NVIDIA Corporation AD102 [GeForce RTX 4090] "
+                        "[10de:2684] (rev a1)", "\tSubsystem: Gigabyte Technology Co., Ltd Device [1458:40bf]"]
 
 
 def _q_columns(text):

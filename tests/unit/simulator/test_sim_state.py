@@ -89,6 +89,7 @@ def test_catalogue_contract_keys(key):
     ("h200", "NVIDIA H200", 143771, 0x2335, "9.0", False, None),
     ("l4", "NVIDIA L4", 23034, 0x27B8, "8.9", False, None),
     ("a100-80gb", "NVIDIA A100-SXM4-80GB", 81920, 0x20B2, "8.0", False, None),
+    ("rtx-4090", "NVIDIA GeForce RTX 4090", 24564, 0x2684, "8.9", False, 520),
 ])
 def test_catalogue_facts(key, name, mib, dev, cc, open_, branch):
     m = catalogue.get(key)
@@ -100,6 +101,7 @@ def test_catalogue_facts(key, name, mib, dev, cc, open_, branch):
 
 def test_catalogue_aliases_and_cuda():
     assert catalogue.resolve("RTX-PRO-6000") == "rtx-pro-6000-bse"
+    assert catalogue.resolve("RTX4090") == catalogue.resolve("4090") == "rtx-4090"
     with pytest.raises(KeyError):
         catalogue.resolve("gtx-480")
     assert catalogue.cuda_version("570.133.20") == "12.8" and catalogue.cuda_version("590.48.01") == "13.1"
