@@ -313,10 +313,11 @@ def _pci(ctx):
     return guarded("pci", "driver", check_pci, ctx.facts, ctx.gpu.get("lspci"))
 
 
-def stranded_kernel_leads(check, boot):
+def stranded_kernel_leads(check, boot, driver_installed=True):
     """A module that is not loaded because the running kernel has none: that cause leads, with its remedy (the
-    `modprobe nvidia` of the generic remedy fails there, and a reboot starts the same kernel without it)."""
-    if check["status"] != "fail" or check["data"].get("version"):
+    `modprobe nvidia` of the generic remedy fails there, and a reboot starts the same kernel without it). Without
+    the driver's userspace there is no driver to build a module of: installing it stays the remedy."""
+    if check["status"] != "fail" or check["data"].get("version") or not driver_installed:
         return check
     kernels = (boot or {}).get("kernels") or {}
     running = kernels.get("running")
@@ -331,7 +332,7 @@ def stranded_kernel_leads(check, boot):
 def _kernel_module(ctx):
     check = guarded("kernel_module", "driver", check_kernel_module, ctx.gpu.get("proc_version"), ctx.facts,
                     ctx.gpu.get("proc_version_path") or DEFAULT_PROC_VERSION)
-    return stranded_kernel_leads(check, ctx.get("boot"))
+    return stranded_kernel_leads(check, ctx.get("boot"), bool(ctx.facts.get("nvidia_smi_path")))
 
 
 def _module_signature(ctx):

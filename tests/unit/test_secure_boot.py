@@ -606,6 +606,10 @@ def test_a_module_not_loaded_because_the_running_kernel_has_none_names_that_caus
     assert led["remedy"].startswith("the running kernel 6.1.0-28-amd64 has no nvidia module")
     assert "dkms autoinstall -k 6.1.0-28-amd64" in led["remedy"]
     assert led["data"]["running_kernel_without_module"] == "6.1.0-28-amd64"
+    # no driver installed at all (no nvidia-smi): installing the driver stays the remedy
+    bare = layers_driver.check_kernel_module(None, {"state": "no_driver", "nvidia_smi_path": None})
+    assert layers_driver.stranded_kernel_leads(bare, boot, driver_installed=False) == bare
+    assert "site.yml --tags driver" in bare["remedy"]
     # the running kernel has its module: the plain verdict stands
     io.files["/lib/modules/6.1.0-28-amd64/modules.dep"] = "updates/dkms/nvidia.ko:\n"
     assert layers_driver.stranded_kernel_leads(plain, sb.boot_facts(sb.capture(io, "Debian"))) == plain
