@@ -160,17 +160,23 @@ def sha256_digest(data):
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def _json_object(body, what):
+    """The JSON object a registry answered (bytes or text), or RegistryImageError naming `what` it was."""
+    try:
+        document = json.loads(body.decode("utf-8") if isinstance(body, bytes) else body)
+    except ValueError as exc:
+        raise RegistryImageError("%s is not JSON: %s" % (what, exc), "invalid_response")
+    if not isinstance(document, dict):
+        raise RegistryImageError("%s is not a JSON object" % what, "invalid_response")
+    return document
+
+
 def parse_manifest(body, content_type=None):
     """(kind, document): kind "index" (OCI index / Docker manifest list) or "manifest" (OCI / Docker v2).
 
     The document's own mediaType wins over the Content-Type header (registries send text/plain at times);
     a Docker schema 1 manifest (no config blob to read) raises RegistryImageError."""
-    try:
-        document = json.loads(body.decode("utf-8") if isinstance(body, bytes) else body)
-    except ValueError as exc:
-        raise RegistryImageError("the manifest is not JSON: %s" % exc, "invalid_response")
-    if not isinstance(document, dict):
-        raise RegistryImageError("the manifest is not a JSON object", "invalid_response")
+    document = _json_object(body, "the manifest")
     media_type = document.get("mediaType") or (content_type or "").split(";")[0].strip()
     if media_type in DOCKER_SCHEMA1 or document.get("schemaVersion") == 1:
         raise RegistryImageError("a Docker schema 1 manifest has no configuration blob to read")
@@ -230,12 +236,7 @@ def config_descriptor(manifest):
 def image_config(body):
     """{"env": [...], "labels": {...}, "platform": "os/arch[/variant]"} of an image configuration blob (the
     JSON `docker image inspect` shows as .Config, here under the key "config")."""
-    try:
-        document = json.loads(body.decode("utf-8") if isinstance(body, bytes) else body)
-    except ValueError as exc:
-        raise RegistryImageError("the config blob is not JSON: %s" % exc, "invalid_response")
-    if not isinstance(document, dict):
-        raise RegistryImageError("the config blob is not a JSON object", "invalid_response")
+    document = _json_object(body, "the config blob")
     config = document.get("config") or {}
     return {"env": list(config.get("Env") or []), "labels": dict(config.get("Labels") or {}),
             "platform": platform_name(document)}
