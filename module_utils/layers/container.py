@@ -18,6 +18,17 @@ from ansible.module_utils.layers.engine import parse_docker_info
 from ansible.module_utils.layers.runtime_config import REMEDY_DEV_CHAR
 
 SERVING_LABEL = "gpuhost.layer=vllm"
+
+
+def inspected_containers(inspected):
+    """The containers of a `docker inspect` capture (its JSON list), [] when the command failed or printed no list."""
+    if not inspected or inspected.get("rc") != 0:
+        return []
+    try:
+        containers = json.loads(inspected.get("stdout") or "[]")
+    except ValueError:
+        return []
+    return [c for c in containers if isinstance(c, dict)] if isinstance(containers, list) else []
 _LOST_DEVICES = next(e for e in catalogue.ENTRIES if e["kind"] == "daemon_reload_lost_devices")
 
 
@@ -291,16 +302,11 @@ def mig_whole_decides(serving_check, execs, facts, inspected=None):
         for gpu in listed["gpus"]:
             if gpu.get("uuid") in mig and not gpu.get("mig_devices"):
                 whole.append((name, mig[gpu["uuid"]].get("index")))
-    if inspected and inspected.get("rc") == 0:
-        try:
-            containers = json.loads(inspected.get("stdout") or "[]")
-        except ValueError:
-            containers = []
-        for container in containers if isinstance(containers, list) else []:
-            name = (container.get("Name") or "").lstrip("/")
-            for gpu in _requested_gpus(container, gpus):
-                if gpu.get("uuid") in mig and (name, gpu.get("index")) not in whole:
-                    whole.append((name, gpu.get("index")))
+    for container in inspected_containers(inspected):
+        name = (container.get("Name") or "").lstrip("/")
+        for gpu in _requested_gpus(container, gpus):
+            if gpu.get("uuid") in mig and (name, gpu.get("index")) not in whole:
+                whole.append((name, gpu.get("index")))
     if not whole:
         return serving_check
     whole.sort(key=lambda item: (item[0], item[1]))

@@ -4,13 +4,13 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Layer `health`: GPU memory held by processes that are gone, active throttle reasons, Xid errors since boot, and
 compute modes that keep processes off a GPU."""
-import json
 import re
 
 from ansible.module_utils.diagnosis import error_catalogue as catalogue
 from ansible.module_utils.gpu.compute_mode import DEFAULT, context_blocked, mps_served, processes_by_gpu
 from ansible.module_utils.layers.base import (
     MAX_EVIDENCE_LINES, _cmd, _grep, _kernel_log_unread, _lines, evidence, guarded, result)
+from ansible.module_utils.layers.container import inspected_containers
 
 # Idle GPUs always report gpu_idle; it is not throttling.
 BENIGN_CLOCK_REASONS = ("gpu_idle",)
@@ -153,17 +153,6 @@ def check_xid(cap, command="dmesg"):
                   ev=ev, data=data)
 
 
-def serving_container_ids(inspected):
-    """The ids of the serving containers in a `docker inspect` capture (none when it failed)."""
-    if not inspected or inspected.get("rc") != 0:
-        return []
-    try:
-        containers = json.loads(inspected.get("stdout") or "[]")
-    except ValueError:
-        return []
-    return [c.get("Id") for c in containers if isinstance(c, dict) and c.get("Id")]
-
-
 def check_compute_mode(facts, cgroups=None, serving_ids=()):
     """Each GPU's compute mode against its processes: a Prohibited GPU takes no CUDA process, an Exclusive_Process
     GPU one; a process other than a serving container holding such a GPU keeps every serving container off it.
@@ -226,7 +215,7 @@ def _xid(ctx):
 
 def _compute_mode(ctx):
     return guarded("compute_mode", "health", check_compute_mode, ctx.facts, ctx.get("gpu_process_cgroups"),
-                   serving_container_ids(ctx.get("serving_inspect")))
+                   [c["Id"] for c in inspected_containers(ctx.get("serving_inspect")) if c.get("Id")])
 
 
 CHECKS = {"zombies": _zombies, "throttle": _throttle, "xid": _xid, "compute_mode": _compute_mode}

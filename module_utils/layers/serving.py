@@ -7,10 +7,8 @@ every container with the vllm role's label, is running. A stopped one stays stop
 (unless-stopped) brings back a container that exited by itself, never one that was stopped, so a host whose
 driver reboot stopped its containers serves nothing until something starts them, while every layer below works.
 """
-import json
-
 from ansible.module_utils.layers.base import evidence, result
-from ansible.module_utils.layers.container import SERVING_LABEL
+from ansible.module_utils.layers.container import SERVING_LABEL, inspected_containers
 from ansible.module_utils.runs.rollout import serving_instances
 
 REMEDY = ("start it: `docker start %s` (site.yml --tags vllm starts every instance of the inventory); if it "
@@ -40,13 +38,7 @@ def _state_line(container):
 def check_serving_running(inspected, recorded, labelled):
     """inspected: `docker inspect` of the labelled containers (a capture, None when there are none); recorded: the
     record's instance names; labelled: the names `docker ps -a --filter label=gpuhost.layer=vllm` lists."""
-    containers = []
-    if inspected and inspected.get("rc") == 0:
-        try:
-            containers = json.loads(inspected.get("stdout") or "[]")
-        except ValueError:
-            containers = []
-    by_name = dict(((c.get("Name") or "").lstrip("/"), c) for c in containers if isinstance(c, dict))
+    by_name = dict(((c.get("Name") or "").lstrip("/"), c) for c in inspected_containers(inspected))
     names = sorted(set(recorded) | set(labelled) | set(by_name))
     command = "docker ps -a --filter label=%s; docker inspect NAME ..." % SERVING_LABEL
     if not names:
