@@ -30,7 +30,8 @@ def mps_served(holders):
 
 
 def context_blocked(gpu, holders=(), newcomers=1):
-    """Why `newcomers` new processes cannot each create a CUDA context on `gpu`, or None when they can.
+    """Why `newcomers` new processes cannot each create a CUDA context on `gpu`: {"reason", "fix"}, or None when they
+    can.
 
     gpu: GPU facts (index, compute_mode, mig_mode: true when enabled); holders: the processes on the GPU that are
     not among the newcomers ({pid, name}). A GPU whose compute mode is unknown is not judged."""
@@ -39,20 +40,26 @@ def context_blocked(gpu, holders=(), newcomers=1):
     if gpu.get("mig_mode") is True:
         return None
     if mode == PROHIBITED:
-        return ("GPU %s is in compute mode Prohibited: no process may create a CUDA context on it (CUDA reports "
-                "'all CUDA-capable devices are busy or unavailable'); fix: %s" % (index, restore_shared(index)))
+        return {"reason": "GPU %s is in compute mode Prohibited: no process may create a CUDA context on it (CUDA "
+                          "reports 'all CUDA-capable devices are busy or unavailable')" % index,
+                "fix": restore_shared(index)}
     if mode != EXCLUSIVE_PROCESS or mps_served(holders):
         return None
     holders = list(holders or [])
     if holders:
-        who = _holder_text(holders)
-        return ("GPU %s is in compute mode Exclusive_Process and %s holds it: no other process may create a CUDA "
-                "context there while it runs; fix: stop it, or %s" % (index, who, restore_shared(index)))
+        return {"reason": "GPU %s is in compute mode Exclusive_Process and %s holds it: no other process may create "
+                          "a CUDA context there while it runs" % (index, _holder_text(holders)),
+                "fix": "stop it, or %s" % restore_shared(index)}
     if newcomers > 1:
-        return ("GPU %s is in compute mode Exclusive_Process (one process at a time) and %d instances are placed on "
-                "it: only the first to start gets it; fix: give each its own GPU, or %s"
-                % (index, newcomers, restore_shared(index)))
+        return {"reason": "GPU %s is in compute mode Exclusive_Process (one process at a time) and %d instances are "
+                          "placed on it: only the first to start gets it" % (index, newcomers),
+                "fix": "give each its own GPU, or %s" % restore_shared(index)}
     return None
+
+
+def blocked_text(blocked):
+    """One line for a refusal: the reason, then the fix."""
+    return "%s; fix: %s" % (blocked["reason"], blocked["fix"])
 
 
 def processes_by_gpu(processes):

@@ -184,14 +184,13 @@ def check_compute_mode(facts, cgroups=None, serving_ids=()):
             for p in holders)))
         why = context_blocked(gpu, others) if mode != DEFAULT else None
         if why:
-            blocked.append({"gpu_index": gpu.get("index"), "compute_mode": mode, "reason": why,
-                            "holders": [{"pid": p.get("pid"), "name": p.get("name")} for p in others]})
+            blocked.append(dict(why, gpu_index=gpu.get("index"), compute_mode=mode,
+                                holders=[{"pid": p.get("pid"), "name": p.get("name")} for p in others]))
     ev = evidence(command, lines)
     data = {"modes": modes, "blocked": blocked}
     if blocked:
-        return result("compute_mode", "health", "fail", "; ".join(b["reason"].split("; fix: ")[0] for b in blocked),
-                      remedy="; ".join("GPU %s: %s" % (b["gpu_index"], b["reason"].split("; fix: ", 1)[1])
-                                       for b in blocked), ev=ev, data=data)
+        return result("compute_mode", "health", "fail", "; ".join(b["reason"] for b in blocked),
+                      remedy="; ".join("GPU %s: %s" % (b["gpu_index"], b["fix"]) for b in blocked), ev=ev, data=data)
     special = sorted(set(m for m in modes.values() if m not in (None, DEFAULT)))
     if special:
         mps = [str(g.get("index")) for g in gpus if mps_served(on_gpu.get(int(g["index"]), []))]

@@ -9,7 +9,7 @@ Pure functions, stdlib only, Python >= 3.9 (shipped to hosts as module_utils).
 """
 import os
 
-from ansible.module_utils.gpu.compute_mode import context_blocked, processes_by_gpu
+from ansible.module_utils.gpu.compute_mode import blocked_text, context_blocked, processes_by_gpu
 from ansible.module_utils.serving.vllm_args import read as read_args
 from ansible.module_utils.serving.vllm_gpus import _device_keys, _device_of, _with_mig_devices
 from ansible.module_utils.serving.vllm_measured import measurement_key
@@ -64,7 +64,7 @@ def compute_mode_reasons(inst, by_index, others, sharing):
         sharers = set(s["name"] for s in sharing if s["gpu_index"] == index)
         why = context_blocked(gpu, on_gpu.get(index, []), len(sharers)) if gpu else None
         if why:
-            reasons.append({"code": "compute_mode", "message": why})
+            reasons.append({"code": "compute_mode", "message": blocked_text(why)})
     return reasons
 
 

@@ -31,8 +31,9 @@ def test_an_exclusive_gpu_takes_one_newcomer_and_no_second():
     gpu = facts(GH200_EXCLUSIVE)["gpus"][0]
     assert cm.context_blocked(gpu, [], newcomers=1) is None
     why = cm.context_blocked(gpu, [], newcomers=2)
-    assert why.startswith("GPU 0 is in compute mode Exclusive_Process (one process at a time) and 2 instances")
-    assert "`nvidia-smi -i 0 -c DEFAULT`" in why
+    assert why["reason"].startswith("GPU 0 is in compute mode Exclusive_Process (one process at a time) and 2 "
+                                    "instances")
+    assert "`nvidia-smi -i 0 -c DEFAULT`" in why["fix"]
 
 
 def test_an_mps_server_holding_an_exclusive_gpu_is_the_mps_set_up_not_a_conflict():
@@ -50,7 +51,8 @@ def test_another_process_holding_an_exclusive_gpu_keeps_serving_off_it():
     # The MPS client left alone on GPU 0 (its server gone): an ordinary process holding an exclusive GPU.
     client = [p for p in host["processes"] if p["name"] == "/usr/bin/dcgmproftester12"]
     why = cm.context_blocked(host["gpus"][0], client)
-    assert "GPU 0 is in compute mode Exclusive_Process and pid 686657 (/usr/bin/dcgmproftester12) holds it" in why
+    assert why["reason"].startswith(
+        "GPU 0 is in compute mode Exclusive_Process and pid 686657 (/usr/bin/dcgmproftester12) holds it")
     check = health.check_compute_mode(dict(host, state="ok", processes=client))
     assert check["status"] == "fail" and check["layer"] == "health"
     assert "pid 686657 (/usr/bin/dcgmproftester12)" in check["summary"]
@@ -63,7 +65,7 @@ def test_another_process_holding_an_exclusive_gpu_keeps_serving_off_it():
 
 def test_prohibited_takes_no_process_and_mig_gpus_are_not_judged():
     gpu = dict(facts(GH200_EXCLUSIVE)["gpus"][1], compute_mode=cm.PROHIBITED)
-    assert "no process may create a CUDA context" in cm.context_blocked(gpu, [])
+    assert "no process may create a CUDA context" in cm.context_blocked(gpu, [])["reason"]
     assert cm.context_blocked(dict(gpu, mig_mode=True), []) is None
 
 
