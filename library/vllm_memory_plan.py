@@ -411,7 +411,7 @@ def run(params, read=read_file):
             raise PlanError("host_instances needs gpus (the GPU facts) and models_dir")
         cgroups = {p.get("pid"): read("/proc/%s/cgroup" % p.get("pid")) for p in params["processes"]}
         others = other_processes(params["processes"], cgroups, params["own_container_ids"])
-        held = held_by_others(params["processes"], cgroups, params["own_container_ids"])
+        held = held_by_others(others)
         measurements = load_measurements(read(params["measured_path"]))
         result = plan_host(params["host_instances"], params["gpus"], params["models_dir"], held, measurements,
                            others=others)

@@ -20,6 +20,7 @@ from ansible.module_utils.containers.daemon_json import DaemonJsonError, parse a
 from ansible.module_utils.containers.dev_char import wanted_links as dev_char_links
 from ansible.module_utils.gpu.gpu_facts import build_facts, capture as capture_gpu
 from ansible.module_utils.driver.secure_boot import boot_facts, capture as capture_boot
+from ansible.module_utils.gpu.compute_mode import DEFAULT as COMPUTE_DEFAULT
 from ansible.module_utils.host import dpkg, systemd
 from ansible.module_utils.layers import registry
 from ansible.module_utils.layers.base import (
@@ -154,7 +155,7 @@ def capture(io, options=None):
     caps["pid_exists"] = lambda pid: io.exists("/proc/%d" % int(pid))
     facts = build_facts(gpu, pid_exists=caps["pid_exists"])
     caps["facts"] = facts
-    if any(g.get("compute_mode") not in (None, "Default") for g in facts.get("gpus") or []):
+    if any(g.get("compute_mode") not in (None, COMPUTE_DEFAULT) for g in facts.get("gpus") or []):
         # Whose are the processes on a GPU one process at a time may use: a serving container's, or another's.
         caps["gpu_process_cgroups"] = dict((p["pid"], io.read("/proc/%d/cgroup" % int(p["pid"])))
                                            for p in facts.get("processes") or [] if p.get("pid") is not None)

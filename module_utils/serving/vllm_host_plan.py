@@ -43,10 +43,10 @@ def other_processes(processes, cgroups, own_ids):
             if not any(cid and cid in (cgroups.get(proc.get("pid")) or "") for cid in own_ids or [])]
 
 
-def held_by_others(processes, cgroups, own_ids):
-    """MiB held on each GPU index by processes that are not this role's containers (other_processes)."""
+def held_by_others(others):
+    """MiB held on each GPU index by the processes that are not this role's containers (other_processes)."""
     held = {}
-    for proc in other_processes(processes, cgroups, own_ids):
+    for proc in others:
         index = int(proc.get("gpu_index") or 0)
         held[index] = held.get(index, 0) + int(proc.get("used_mib") or 0)
     return held

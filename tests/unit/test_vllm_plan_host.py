@@ -133,7 +133,7 @@ def test_held_by_others_counts_only_foreign_processes():
                  {"pid": 12, "gpu_index": 1, "used_mib": 700}, {"pid": 13, "gpu_index": 1, "used_mib": 50}]
     cgroups = {10: "0::/system.slice/docker-abc123.scope\n", 11: "0::/user.slice/session-2.scope\n",
                12: "0::/system.slice/docker-def456.scope\n"}  # 13 has ended: counted
-    assert vhp.held_by_others(processes, cgroups, ["abc123", "def456"]) == {0: 4000, 1: 50}
+    assert vhp.held_by_others(vhp.other_processes(processes, cgroups, ["abc123", "def456"])) == {0: 4000, 1: 50}
 
 
 # ------------------------------------------------------------------ a host's instances
