@@ -29,6 +29,8 @@ def inspected_containers(inspected):
     except ValueError:
         return []
     return [c for c in containers if isinstance(c, dict)] if isinstance(containers, list) else []
+
+
 _LOST_DEVICES = next(e for e in catalogue.ENTRIES if e["kind"] == "daemon_reload_lost_devices")
 
 
