@@ -74,6 +74,15 @@ _HOST = re.compile(r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9
 _HASHES = {"sha256": hashlib.sha256, "sha384": hashlib.sha384, "sha512": hashlib.sha512}
 
 
+def registry_host(name):
+    """(host[:port], the rest) when a name's first component is a registry host - docker's rule: it has a '.' or a ':'
+    or is localhost, and a '/' follows - else (None, name): a Docker Hub name."""
+    first, sep, rest = name.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
+    return None, name
+
+
 def parse_reference(reference):
     """{"registry": host[:port] or None, "repository", "tag", "digest", "reference": what the manifest GET names}.
 
@@ -94,10 +103,8 @@ def parse_reference(reference):
         if not _TAG.match(tag):
             raise RegistryImageError("%r: the tag %r is not a valid tag (letters, digits, _ . -, at most 128)"
                                      % (text, tag))
-    registry, path = None, name
-    first, sep, rest = name.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        registry, path = first, rest
+    registry, path = registry_host(name)
+    if registry is not None:
         if not _HOST.match(registry):
             raise RegistryImageError("%r: %r is not a registry host[:port]" % (text, registry))
     if not _REPOSITORY.match(path):

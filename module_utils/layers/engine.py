@@ -8,6 +8,7 @@ training needs (`container_limits`)."""
 import json
 import re
 
+from ansible.module_utils.containers.registry_image import registry_host
 from ansible.module_utils.containers.versions import engine_major
 from ansible.module_utils.containers.daemon_json import DaemonJsonError, engine_accepts_bom, parse as parse_daemon_json
 from ansible.module_utils.host.limits import (
@@ -163,8 +164,7 @@ def normalize_image_ref(image):
     """An image name as containerd stores it: docker's short names get docker.io/ (and library/ for
     one-part names), as `ctr images import` of a docker-save tarball names them."""
     name = (image or "").strip()
-    first = name.split("/", 1)[0]
-    if "/" in name and ("." in first or ":" in first or first == "localhost"):
+    if registry_host(name)[0] is not None:
         return name
     return "docker.io/%s%s" % ("" if "/" in name else "library/", name)
 

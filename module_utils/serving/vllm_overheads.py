@@ -23,6 +23,8 @@ leave-one-out error (vllm_plan.BANDS).
 """
 import re
 
+from ansible.module_utils.containers.registry_image import RegistryImageError, parse_reference
+
 GIB = 1024 ** 3
 
 # ---------------------------------------------------------------- versions
@@ -265,12 +267,12 @@ FLASHINFER_IN_WHEEL = (0, 11, 1)
 
 
 def official_image(image):
-    """True for vllm/vllm-openai (any registry prefix, tag or digest)."""
-    name = re.split(r"[@]", str(image or "").strip())[0]
-    last = name.rsplit("/", 1)
-    if len(last) == 2 and ":" in last[1]:
-        name = last[0] + "/" + last[1].split(":", 1)[0]
-    return name == OFFICIAL_IMAGE or name.endswith("/" + OFFICIAL_IMAGE)
+    """True for vllm/vllm-openai (any registry or mirror path before it, any tag or digest)."""
+    try:
+        repository = parse_reference(str(image or ""))["repository"]
+    except RegistryImageError:
+        return False
+    return repository == OFFICIAL_IMAGE or repository.endswith("/" + OFFICIAL_IMAGE)
 
 
 def flashinfer_installed(version, image=None, sampler="auto"):
