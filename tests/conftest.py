@@ -61,16 +61,24 @@ MODULE_RUNNER = ("-c", "import runpy, sys; sys.path.insert(0, %r); "
                  % (os.path.join(ROOT, "bin"), os.path.join(ROOT, "module_utils")))
 
 
-def pytest_terminal_summary(terminalreporter):
+# Each molecule scenario's outcome and seconds, from its test report: under pytest-xdist (`make test`) the
+# scenarios run in a worker, and only their reports reach this process.
+MOLECULE_SCENARIOS = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and "test_molecule_scenario[" in report.nodeid:
+        MOLECULE_SCENARIOS.append((report.nodeid.split("[", 1)[1].rstrip("]"), report.passed, report.duration))
+
+
+def pytest_terminal_summary(terminalreporter, config):
     """The molecule scenarios' seconds, as a table at the end of `make test` / `make molecule`: where the minutes
     go. (Here, not in tests/molecule/conftest.py: a second conftest module would shadow this one's name, which
     the tests import.)"""
-    scenarios = sys.modules.get("test_scenarios")
-    durations = getattr(scenarios, "DURATIONS", None)
-    if not durations:
+    if not MOLECULE_SCENARIOS or hasattr(config, "workerinput"):
         return
     terminalreporter.section("molecule scenarios: seconds")
-    for scenario, returncode, seconds in durations:
-        terminalreporter.write_line("%-16s %6.0f  %s" % (scenario, seconds, "ok" if returncode == 0 else "FAILED"))
-    total = sum(seconds for _name, _rc, seconds in durations)
+    for scenario, passed, seconds in MOLECULE_SCENARIOS:
+        terminalreporter.write_line("%-16s %6.0f  %s" % (scenario, seconds, "ok" if passed else "FAILED"))
+    total = sum(seconds for _name, _passed, seconds in MOLECULE_SCENARIOS)
     terminalreporter.write_line("%-16s %6.0f  (%.1f min)" % ("total", total, total / 60))

@@ -15,8 +15,6 @@ SCENARIOS = os.environ.get("GPUHOST_SCENARIOS", "default").split()
 CLEANUP = os.path.join(ROOT, "tests", "harness", "cleanup.sh")
 # Each scenario's whole log, kept for reading after a green run too (profile_tasks' timings are in it).
 LOG_DIR = os.path.join(ROOT, ".cache", "molecule-logs")
-# Each scenario's result and seconds, for the table at the end of the run (tests/conftest.py prints it).
-DURATIONS = []
 
 
 @pytest.fixture
@@ -37,7 +35,6 @@ def test_molecule_scenario(scenario, harness_cleanup):
         text=True,
         timeout=3600,
     )
-    DURATIONS.append((scenario, proc.returncode, time.monotonic() - started))
     os.makedirs(LOG_DIR, exist_ok=True)
     with open(os.path.join(LOG_DIR, scenario + ".log"), "w", encoding="utf-8") as log:
         log.write(proc.stdout)
