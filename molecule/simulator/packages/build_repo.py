@@ -431,8 +431,10 @@ def write_release(directory, fields, tmpdir):
 
 
 class Signer:
-    def __init__(self, workdir):
-        self.home = tempfile.mkdtemp(prefix="gnupg-", dir=workdir)
+    def __init__(self):
+        # In the system's temp directory, not under workdir: gpg-agent's socket lives in the home and its path
+        # must fit a UNIX socket address (108 bytes), which a deep workdir (pytest-xdist's tmp_path) overflows.
+        self.home = tempfile.mkdtemp(prefix="gnupg-")
         os.chmod(self.home, 0o700)
         self.base = ["gpg", "--homedir", self.home, "--batch", "--no-tty", "--pinentry-mode", "loopback",
                      "--passphrase", ""]
@@ -492,7 +494,7 @@ def build(out, base_url=None, jobs=None):
                 fut.result()
 
         # 2. indexes and signatures
-        signer = Signer(work)
+        signer = Signer()
         summary = {"fingerprint": signer.fingerprint, "repos": {}}
         for name, rcfg in versions["repos"].items():
             root = os.path.join(new, rcfg["dir"])
