@@ -226,9 +226,10 @@ ENTRIES = (
        "the engine cannot resolve the CDI device: no CDI spec names it (/etc/cdi/nvidia.yaml missing or stale)",
        "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`", REPAIR_CDI,
        scopes={"container": "cdi_unresolvable"}),
-    # The image's CUDA against the driver (corpus errors/008-010).
+    # The image's CUDA against the driver (corpus errors/008-010). libnvidia-container 1.0 wrote the condition
+    # with spaces ("cuda >= 9.0": NVIDIA/nvidia-docker#536, tests/fixtures/errors/phrasings/).
     _e("cuda_driver_too_old", "image",
-       r"unsatisfied condition: cuda>=|CUDA driver version is insufficient for CUDA runtime version|"
+       r"unsatisfied condition: cuda\s*>=|CUDA driver version is insufficient for CUDA runtime version|"
        r"\berror 803\b|system has unsupported display driver / cuda driver combination",
        "the image needs a newer CUDA than the host's driver supports (nvidia-smi's \"CUDA Version\"); the same "
        "text when the container got no driver libraries at all (not run with the NVIDIA runtime: --gpus, "
@@ -242,7 +243,9 @@ ENTRIES = (
        "workstation cards)", "use an image built for the driver's CUDA, or upgrade the driver", REPAIR_DRIVER,
        scopes={"cuda": "forward_compat"}, gate=("forward compatibility", "804")),
     # CUDA initialisation in a container (NVIDIA's vectorAdd sample: tests/fixtures/cuda_probe/).
-    _e("cuda_no_device", "container", r"no CUDA-capable device is detected",
+    # Not nvidia-container-cli's own "initialization error: cuda error: no cuda-capable device is detected" (the
+    # toolkit, before 1.1, initialised CUDA on the host: its driver row; NVIDIA/nvidia-docker#548, #1235).
+    _e("cuda_no_device", "container", r"^(?![^\n]*nvidia-container-cli)[^\n]*?no CUDA-capable device is detected",
        "CUDA in the container sees no GPU: the container got no GPU device (NVIDIA_VISIBLE_DEVICES void/none, "
        "no --gpus or nvidia runtime), or every GPU is in MIG mode without a MIG device for it",
        "run it with `--gpus all` (Kubernetes: a nvidia.com/gpu limit and the nvidia runtime); `nvidia-smi -L` "
