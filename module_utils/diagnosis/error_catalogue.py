@@ -184,7 +184,8 @@ ENTRIES = (
        "the image is not on the host and could not be pulled",
        "load it (`docker load -i <tarball>`) or pull it from a registry the host reaches", "-",
        scopes={"container": "image_absent"}),
-    _e("runtime_not_registered", "runtime_config", r"unknown or invalid runtime name",
+    # Docker 17.x said "Unknown runtime specified nvidia" (NVIDIA/nvidia-docker#578, tests/fixtures/errors/phrasings/).
+    _e("runtime_not_registered", "runtime_config", r"unknown or invalid runtime name|Unknown runtime specified",
        "docker does not know the nvidia runtime: `nvidia-ctk runtime configure` was not run (or daemon.json "
        "was replaced) since the toolkit was installed",
        "`nvidia-ctk runtime configure --runtime=docker && systemctl restart docker`", REPAIR_TOOLKIT,
