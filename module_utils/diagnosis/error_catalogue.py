@@ -47,8 +47,10 @@ ENTRIES = (
        "nvidia && modprobe nvidia`", REPAIR_DRIVER,
        scopes={"smi": "version_mismatch"}, gate=("mismatch",)),
     # nvidia-settings says it its own way (corpus errors/003, an Ubuntu desktop journal: "nvidia-settings-autostart
-    # .desktop[2777]: ERROR: NVIDIA driver is not loaded", after modprobe's Secure Boot refusal).
-    _e("driver_not_loaded", "driver", r"couldn'?t communicate with the nvidia driver|NVIDIA driver is not loaded",
+    # .desktop[2777]: ERROR: NVIDIA driver is not loaded", after modprobe's Secure Boot refusal). Pastes that went
+    # through a blog or an editor carry a typographic apostrophe ("couldn\u2018t": tests/fixtures/errors/phrasings/).
+    _e("driver_not_loaded", "driver", r"couldn[\u2018\u2019']?t communicate with the nvidia driver|"
+       r"NVIDIA driver is not loaded",
        "nvidia-smi could not communicate with the NVIDIA driver (nvidia-settings: \"NVIDIA driver is not loaded\"): "
        "the kernel module is not loaded",
        "load it: `modprobe nvidia` (or reboot); if it refuses, read `journalctl -k -b | grep -i nvidia` "
@@ -58,16 +60,25 @@ ENTRIES = (
        "nvidia-smi found no devices: the driver is loaded but initialised no GPU",
        "read `journalctl -k -b | grep -iE 'nvrm|xid'` for the GPU's fate; check `lspci -nn | grep -i nvidia`",
        REPAIR_DRIVER, scopes={"smi": "error"}, gate=("no devices",)),
+    # Not a container's start: runc's `exec: "nvidia-smi": executable file not found in $PATH` is the image's row
+    # (container_nvidia_smi_missing) while the host's driver works (tests/fixtures/errors/phrasings/).
     _e("nvidia_smi_missing", "driver",
-       r"nvidia-smi: (?:command )?not found|command 'nvidia-smi' not found|"
+       r"^(?![^\n]*(?:exec: \\?\"|OCI runtime))[^\n]*?"
+       r"(?:nvidia-smi: (?:command )?not found|command 'nvidia-smi' not found|"
        r"nvidia-smi[^\n]*no such file or directory|executable file not found[^\n]*nvidia-smi|"
-       r"nvidia-smi[^\n]*executable file not found",
+       r"nvidia-smi[^\n]*executable file not found)",
        "nvidia-smi is not installed: no NVIDIA driver userspace",
        "install the driver (the -server branch on Ubuntu, Debian's nvidia-driver on Debian)", REPAIR_DRIVER,
        scopes={"smi": "no_driver"}, gate=("nvidia-smi",)),
     _e("gpu_lost", "hardware", r"unable to determine the device handle for gpu\s*(\S+?):?\s+([^\n]+)",
        "nvidia-smi lost a GPU", "read the kernel log for an Xid (79: fallen off the bus); drain and reboot the host",
        "playbooks/diagnose.yml (hardware layer)", scopes={"smi": "error"}, gate=("device handle",)),
+    # Before the NVML rows: nvidia-smi prints it as "Failed to initialize NVML: Insufficient Permissions" (rootless
+    # podman, SELinux: tests/fixtures/errors/phrasings/), which their catch-all would take.
+    _e("nvml_insufficient_permissions", "driver", r"insufficient permissions",
+       "nvidia-smi lacks permissions on /dev/nvidia*",
+       "run it as root, or fix the device nodes' mode (NVreg_DeviceFileMode)", REPAIR_DRIVER,
+       scopes={"smi": "error"}, gate=("permission",)),
     # A running container whose cgroup lost its device rules (systemctl daemon-reload without
     # /dev/char links): corpus errors/004, NVIDIA/nvidia-container-toolkit#48.
     _e("daemon_reload_lost_devices", "container", r"failed to initialize nvml:\s*unknown error",
@@ -79,10 +90,6 @@ ENTRIES = (
     _e("nvml_init_failed", "driver", r"failed to initialize nvml:\s*([^\n]+)", "NVML failed to initialise",
        "run nvidia-smi on the host: the driver layer decides the rest", REPAIR_DRIVER,
        scopes={"smi": "error"}, gate=("nvml",)),
-    _e("nvml_insufficient_permissions", "driver", r"insufficient permissions",
-       "nvidia-smi lacks permissions on /dev/nvidia*",
-       "run it as root, or fix the device nodes' mode (NVreg_DeviceFileMode)", REPAIR_DRIVER,
-       scopes={"smi": "error"}, gate=("permission",)),
     # Secure Boot: the kernel refuses the nvidia module (corpus errors/003; tests/fixtures/secure_boot/,
     # README there). modprobe (and Talos) report the kernel's EKEYREJECTED; NVIDIA's installer says it its
     # own way. The kernel's own lines follow (kernel/module/signing.c: they name no module).
@@ -114,13 +121,16 @@ ENTRIES = (
        "at the console (no playbook can do that step); on Ubuntu the Canonical-signed "
        "linux-modules-nvidia-<branch>-server[-open]-<flavour> needs no MOK", REPAIR_DRIVER,
        scopes={"kernel": "key_unavailable"}, gate=("unavailable key is rejected",)),
-    _e("lockdown_unsigned_module", "driver", r"Lockdown: [^\n]*unsigned module loading is restricted",
+    # modprobe's side alone names the module (Bottlerocket's lockdown=integrity, tests/fixtures/errors/phrasings/):
+    # as root, EPERM from init_module is lockdown (or modules_disabled).
+    _e("lockdown_unsigned_module", "driver", r"Lockdown: [^\n]*unsigned module loading is restricted|"
+       r"could not insert 'nvidia[\w-]*': Operation not permitted",
        "kernel lockdown (Debian and Ubuntu kernels turn it on under Secure Boot: kernel_lockdown(7)) refused "
        "an unsigned module; modprobe says \"Operation not permitted\"",
        "load a signed module: on Ubuntu the Canonical-signed linux-modules-nvidia-<branch>-server[-open]-"
        "<flavour>; otherwise a DKMS module signed with a key enrolled at the console (`mokutil --import "
        "<key>`, reboot, MokManager)", REPAIR_DRIVER,
-       scopes={"kernel": "lockdown_restricted"}, gate=("lockdown",)),
+       scopes={"kernel": "lockdown_restricted"}, gate=("lockdown", "operation not permitted")),
     # --- fabric manager (HGX / NVSwitch hosts; corpus errors/001-002, host/004-006) -------------
     # 802 as each CUDA program prints it: deviceQuery "cudaGetDeviceCount returned 802" (errors/001), bandwidthTest
     # "cudaGetDeviceProperties returned 802" and the samples' checkCudaErrors "code=802(cudaErrorSystemNotReady)"
@@ -135,8 +145,9 @@ ENTRIES = (
        "nvidia-fabricmanager`; check `nvidia-smi -q | grep -A3 Fabric` (State Completed, Status Success)",
        "site.yml --tags driver (fabric manager on HGX hosts)", scopes={"cuda": "system_not_ready"},
        gate=("802", "not yet initialized", "systemnotready")),
+    # "don\u2019t" too: the same line quoted through an editor (NVIDIA/nvtrust#55, tests/fixtures/errors/phrasings/).
     _e("fabric_manager_version_mismatch", "fabric",
-       r"fabric manager NVIDIA GPU driver interface version \S+ don'?t match with driver version \S+",
+       r"fabric manager NVIDIA GPU driver interface version \S+ don[\u2018\u2019']?t match with driver version \S+",
        "the fabric manager's version differs from the loaded driver's, so it refuses to start (a driver upgrade "
        "left it behind)",
        "install nvidia-fabricmanager at the driver's exact version (`nvidia-smi` Driver Version) and restart "
@@ -173,7 +184,8 @@ ENTRIES = (
        "the image is not on the host and could not be pulled",
        "load it (`docker load -i <tarball>`) or pull it from a registry the host reaches", "-",
        scopes={"container": "image_absent"}),
-    _e("runtime_not_registered", "runtime_config", r"unknown or invalid runtime name",
+    # Docker 17.x said "Unknown runtime specified nvidia" (NVIDIA/nvidia-docker#578, tests/fixtures/errors/phrasings/).
+    _e("runtime_not_registered", "runtime_config", r"unknown or invalid runtime name|Unknown runtime specified",
        "docker does not know the nvidia runtime: `nvidia-ctk runtime configure` was not run (or daemon.json "
        "was replaced) since the toolkit was installed",
        "`nvidia-ctk runtime configure --runtime=docker && systemctl restart docker`", REPAIR_TOOLKIT,
@@ -197,8 +209,10 @@ ENTRIES = (
     # 0.7.0 fails on its new field first (corpus errors/007, NVIDIA/nvidia-container-toolkit#1860, #1865);
     # a spec whose version the library does not know otherwise fails with `invalid CDI Spec: invalid
     # version "0.7.0"` (container-device-interface pkg/cdi/spec.go, v0.6.2 … v1.1.0). Sources:
-    # tests/fixtures/cdi_versions/README.md.
-    _e("cdi_spec_too_new", "cdi", r'unknown field "additionalGids"|invalid CDI Spec: invalid version "[^"]*"',
+    # tests/fixtures/cdi_versions/README.md. Any other field the engine's library does not know fails the same way
+    # (podman 4.2 on toolkit 1.12's "hostPath": NVIDIA/nvidia-container-toolkit#38, tests/fixtures/errors/phrasings/).
+    _e("cdi_spec_too_new", "cdi", r'unknown field "additionalGids"|invalid CDI Spec: invalid version "[^"]*"|'
+       r'failed to unmarshal CDI Spec: [^\n]*json: unknown field "\w+"',
        "spec version too new for the engine: its CDI library cannot read the spec (toolkit >= 1.19.1 writes "
        "cdiVersion 0.7.0 with additionalGids where a GPU device node is group-owned; docker < 26.1, "
        "containerd < 1.7.16 and podman < 5.1 read at most 0.6.0), so its devices stay unresolvable",
@@ -206,16 +220,17 @@ ENTRIES = (
        "no-additional-gids-for-device-nodes --output=/etc/cdi/nvidia.yaml` (and the same flag in "
        "NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS of /etc/nvidia-container-toolkit/nvidia-cdi-refresh.env), or "
        "upgrade the engine", "site.yml --tags cdi (nvidia_cdi_engine_compat: auto does both)",
-       gate=("additionalgids", "invalid version")),
+       gate=("additionalgids", "invalid version", "unknown field")),
     _e("cdi_unresolvable", "cdi",
        r"unresolvable CDI devices|CDI device injection failed|failed to inject CDI devices|invalid device|"
        r"not a device node",
        "the engine cannot resolve the CDI device: no CDI spec names it (/etc/cdi/nvidia.yaml missing or stale)",
        "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`", REPAIR_CDI,
        scopes={"container": "cdi_unresolvable"}),
-    # The image's CUDA against the driver (corpus errors/008-010).
+    # The image's CUDA against the driver (corpus errors/008-010). libnvidia-container 1.0 wrote the condition
+    # with spaces ("cuda >= 9.0": NVIDIA/nvidia-docker#536, tests/fixtures/errors/phrasings/).
     _e("cuda_driver_too_old", "image",
-       r"unsatisfied condition: cuda>=|CUDA driver version is insufficient for CUDA runtime version|"
+       r"unsatisfied condition: cuda\s*>=|CUDA driver version is insufficient for CUDA runtime version|"
        r"\berror 803\b|system has unsupported display driver / cuda driver combination",
        "the image needs a newer CUDA than the host's driver supports (nvidia-smi's \"CUDA Version\"); the same "
        "text when the container got no driver libraries at all (not run with the NVIDIA runtime: --gpus, "
@@ -229,7 +244,9 @@ ENTRIES = (
        "workstation cards)", "use an image built for the driver's CUDA, or upgrade the driver", REPAIR_DRIVER,
        scopes={"cuda": "forward_compat"}, gate=("forward compatibility", "804")),
     # CUDA initialisation in a container (NVIDIA's vectorAdd sample: tests/fixtures/cuda_probe/).
-    _e("cuda_no_device", "container", r"no CUDA-capable device is detected",
+    # Not nvidia-container-cli's own "initialization error: cuda error: no cuda-capable device is detected" (the
+    # toolkit, before 1.1, initialised CUDA on the host: its driver row; NVIDIA/nvidia-docker#548, #1235).
+    _e("cuda_no_device", "container", r"^(?![^\n]*nvidia-container-cli)[^\n]*?no CUDA-capable device is detected",
        "CUDA in the container sees no GPU: the container got no GPU device (NVIDIA_VISIBLE_DEVICES void/none, "
        "no --gpus or nvidia runtime), or every GPU is in MIG mode without a MIG device for it",
        "run it with `--gpus all` (Kubernetes: a nvidia.com/gpu limit and the nvidia runtime); `nvidia-smi -L` "
