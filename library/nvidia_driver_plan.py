@@ -111,12 +111,20 @@ options:
     default: []
   fabric_manager:
     description:
-      - Whether the driver comes with NVIDIA's fabric manager (C(nvidia-fabricmanager-<branch>) and
-        C(libnvidia-nscq-<branch>), Ubuntu style), at exactly the driver's version, held and upgraded with it.
-      - V(auto) where O(nvswitches) lists an NVSwitch (HGX boards); V(always) is refused on a host without one
-        (the fabric manager exits with NV_WARN_NOTHING_TO_DO there); V(never) leaves it out.
-      - An NVSwitch host in the Debian style is refused unless V(never) (Debian's archive has no fabric manager);
-        a fabric manager package the archive lacks at the driver's version fails the plan, naming both.
+      - Whether the driver comes with what the host's NVLink fabric needs, at exactly the driver's version, held and
+        upgraded with it - the fabric manager and NSCQ on NVSwitch (HGX A100/H100/H200) hosts, also NVLSM
+        (C(nvlsm), C(infiniband-diags), C(libibumad3), at their own versions) on HGX B200/B300/B100 (NVLink 5),
+        the IMEX service (C(nvidia-imex)) and no fabric manager on GB200/GB300 compute trays.
+      - Names - Ubuntu's archive C(nvidia-fabricmanager-<branch>), C(libnvidia-nscq-<branch>),
+        C(nvidia-imex-<branch>); NVIDIA's CUDA repository the same up to 575 and C(nvidia-fabricmanager),
+        C(libnvidia-nscq), C(nvidia-imex) from 580.
+      - V(auto) installs what the host needs (from O(nvswitches), O(pci_devices), O(architecture) and O(fabric));
+        V(always) is refused on a host without an NVSwitch fabric of its own (the fabric manager exits with
+        NV_WARN_NOTHING_TO_DO there); V(never) leaves all of these out.
+      - A host that needs them in the Debian style is refused (Debian's archive has none of them), naming
+        nvidia_driver_package_style nvidia (NVIDIA's CUDA repository) for the driver and the fabric manager
+        together; so is an NVLink 5 host in the Ubuntu style (Ubuntu's archive has no NVLSM). A pinned package
+        the sources lack at the driver's version fails the plan, naming both.
     type: str
     default: auto
     choices: [auto, always, never]
@@ -125,6 +133,17 @@ options:
     type: list
     elements: str
     default: []
+  architecture:
+    description:
+      - The CPU architecture (ansible_facts.architecture). GB300 trays (aarch64) and HGX B300 boards (x86_64)
+        share PCI ids; the architecture tells them apart where the GPU's name does not.
+    type: str
+  fabric:
+    description:
+      - nvidia_gpu_facts' C(fabric); its C(gpus) (each GPU's Fabric block) tell a multi-node NVLink tray (a clique
+        with a cluster UUID) or an NVSwitch fabric where the GPUs and the PCI bus do not.
+    type: dict
+    default: {}
   reboot:
     description: The role's reboot policy; with V(never) a needed reboot is also reported as a warning.
     type: str
@@ -213,13 +232,24 @@ kernel_modules_reason:
   returned: success
   type: str
 fabric_manager:
-  description: Whether the fabric manager's packages are part of the driver (an NVSwitch host).
+  description: Whether the fabric manager's packages (and NVLSM's on NVLink 5) are part of the driver.
   returned: success
   type: bool
 fabric_manager_reason:
-  description: Why (the NVSwitches on the bus, or why not).
+  description: Why (the NVSwitches on the bus, the GPUs, the Fabric block; or why not).
   returned: success
   type: str
+fabric_need:
+  description:
+    - What the host's NVLink fabric needs - V(fabric_manager), V(fabric_manager+nvlsm), V(imex) or V(none)
+      (module_utils/driver/fabric_manager.fabric_need), also with O(fabric_manager=never).
+  returned: success
+  type: str
+fabric_services:
+  description: The units to enable and start - C(nvidia-fabricmanager) (which also starts NVLSM) or C(nvidia-imex).
+  returned: success
+  type: list
+  elements: str
 packages:
   description: The packages named to apt, main package first.
   returned: when query_host
@@ -455,6 +485,8 @@ def main():
             extra_packages=dict(type="list", elements="str", default=[]),
             fabric_manager=dict(type="str", default="auto", choices=["auto", "always", "never"]),
             nvswitches=dict(type="list", elements="str", default=[]),
+            architecture=dict(type="str"),
+            fabric=dict(type="dict", default={}),
             reboot=dict(type="str", default="auto", choices=["auto", "never"]),
             nvidia_smi_path=dict(type="path", default="/usr/bin/nvidia-smi"),
             record_path=dict(type="path", default="/etc/ansible/facts.d/gpuhost.fact"),
@@ -470,6 +502,7 @@ def main():
                "debian_packages": p["debian_packages"], "debian_kernel_packages": p["debian_kernel_packages"],
                "extra_packages": p["extra_packages"], "sources_pending": p["sources_pending"],
                "fabric_manager": p["fabric_manager"], "nvswitches": p["nvswitches"], "dkms": p["dkms"],
+               "machine": p["architecture"], "fabric": p["fabric"],
                "kernel_flavour": p["kernel_flavour"], "cuda_repo_family": p["cuda_repo_family"]}
     gpus = gpu_summary(p["pci_devices"])
     try:

@@ -155,10 +155,14 @@ ansible_facts:
           elements: str
         fabric:
           description:
-            - C(needed) (the host has an NVSwitch fabric and so needs nvidia-fabricmanager), C(reason), C(state)
-              (C(ready), C(not_ready), C(failed), C(unhealthy), C(not_applicable), C(unknown)), C(message), C(fix),
-              and C(gpus) (each GPU's C(pci_bus_id), C(state), C(status), C(clique_id), C(health_summary) from
-              C(nvidia-smi -q -x)).
+            - C(need) - what the host's NVLink fabric needs - V(fabric_manager) (NVSwitches on the PCI bus, HGX
+              A100/H100/H200), V(fabric_manager+nvlsm) (HGX B200/B300/B100, NVLink 5 - the fabric manager with NVLSM),
+              V(imex) (a GB200/GB300 NVL compute tray, or a Fabric block naming a clique - the IMEX service, no fabric
+              manager) or V(none); C(needed) (a fabric manager is needed), C(reason) (in words), C(services) (the
+              units to run - C(nvidia-fabricmanager) or C(nvidia-imex)).
+            - C(state) (C(ready), C(not_ready), C(failed), C(unhealthy), C(not_applicable), C(unknown)), C(message),
+              C(fix), and C(gpus) (each GPU's C(pci_bus_id), C(state), C(status), C(clique_id), C(cluster_uuid),
+              C(health_summary) from C(nvidia-smi -q -x)).
           type: dict
         topology:
           description:

@@ -21,7 +21,7 @@ fabric finding; no line of such a paste is an error on its own.
 import re
 
 from ansible.module_utils.diagnosis import error_catalogue as catalogue
-from ansible.module_utils.driver.fabric_manager import needs_fabric_manager, nvswitches
+from ansible.module_utils.driver.fabric_manager import fabric_need, nvswitches
 from ansible.module_utils.gpu.gpu_topology import fabric_verdict, parse_fabric, parse_fabric_xml
 from ansible.module_utils.gpu.nvsmi_common import ParseError
 from ansible.module_utils.gpu.nvsmi_parse import detect_form
@@ -108,10 +108,12 @@ def _fabric_finding(text, lines):
     decisive = re.compile(r"^\s*%s\s*:\s*%s\s*$|<%s>\s*%s\s*</%s>" % (key, re.escape(value or ""), tag,
                                                                       re.escape(value or ""), tag))
     number = next((n for n, line in enumerate(lines, 1) if decisive.search(line.strip())), 1)
-    needs = needs_fabric_manager(switches, fabrics)
+    needs = fabric_need(switches, (), fabrics)
     return {"layer": "fabric", "kind": "fabric_" + verdict["state"], "line": number,
             "quote": lines[number - 1].strip()[:MAX_QUOTE], "count": len(verdict["gpus"]),
-            "meaning": "%s; the host needs the fabric manager: %s" % (verdict["message"], needs["reason"]),
+            "meaning": "%s; the host needs %s: %s" % (
+                verdict["message"], "the IMEX service, no fabric manager" if needs["imex"] else "the fabric manager",
+                needs["reason"]),
             "fix": verdict["fix"], "gpuhost": FABRIC_REPAIR}
 
 

@@ -70,8 +70,9 @@ def plan(request, gpus, query):
     if signed:
         request = dict(request, **resolve_kernel_flavour(request, query))
     packages = top_packages(request, branch, modules)
-    fabric = fabric_manager_packages(branch) if pre["fabric_manager"] else []
-    packages += [name for name in fabric if name not in packages]
+    fabric = fabric_manager_packages(branch, pre["fabric_need"], request["style"]) if pre["fabric_services"] else {}
+    fabric_names = (fabric.get("pinned") or []) + (fabric.get("unpinned") or [])
+    packages += [name for name in fabric_names if name not in packages]
     main = packages[0]
     madison = query.madison(packages)
     available = sorted((v for v in madison.get(main, []) if driver_branch(v) == branch),
@@ -119,13 +120,14 @@ def plan(request, gpus, query):
         install.append({"name": name, "version": version,
                         "spec": "%s=%s" % (name, version) if version else name,
                         "installed": dpkg.get(name, {}).get("version") if dpkg.get(name, {}).get("installed") else None})
-    lacking = [p["name"] for p in install if p["name"] in fabric and p["version"] is None]
+    lacking = [p["name"] for p in install if p["name"] in (fabric.get("pinned") or []) and p["version"] is None]
     if lacking:
+        service = "IMEX service" if pre["fabric_need"] == "imex" else "fabric manager"
         offered = sorted(set(upstream_version(v) for v in madison.get(lacking[0], [])), key=cmp_to_key(compare_versions))
         raise DriverChoiceError(
-            "%s %s is not in the apt sources (they offer %s): the fabric manager must be exactly the driver's "
-            "version or it refuses to start, so the driver stays as it is. Fix: a driver version the archive has "
-            "the fabric manager for (nvidia_driver_version)" % (lacking[0], upstream, ", ".join(offered) or "none"))
+            "%s %s is not in the apt sources (they offer %s): the %s must be exactly the driver's version or it "
+            "refuses to start, so the driver stays as it is. Fix: a driver version the apt sources have the %s for "
+            "(nvidia_driver_version)" % (lacking[0], upstream, ", ".join(offered) or "none", service, service))
     remove = dkms_packages_to_remove(dpkg) if signed else []
     satisfied = all(p["installed"] and (p["version"] is None or p["installed"] == p["version"]) for p in install)
     if satisfied and not remove:
@@ -233,6 +235,7 @@ def _plan_result(pre, branch, source, modules, packages, installed, dpkg, **chos
         "install": [p["spec"] for p in install], "package_versions": install, "installed": installed,
         "unattended_upgrades": bool(dpkg.get("unattended-upgrades", {}).get("installed")),
         "fabric_manager": pre["fabric_manager"], "fabric_manager_reason": pre["fabric_manager_reason"],
+        "fabric_need": pre["fabric_need"], "fabric_services": pre["fabric_services"],
     }, **chosen)
 
 

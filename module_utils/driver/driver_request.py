@@ -4,7 +4,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """What the nvidia_driver role is asked for, and every refusal that needs no host query: the request's values,
 the GPUs (architecture, the branches that drive them: floor and ceiling, open kernel modules), the kernel module
-flavour, the fabric manager. DriverChoiceError, which every decision of the driver's plan raises, is here.
+flavour, the fabric services (fabric manager, NVLSM, IMEX). DriverChoiceError, which every decision of the
+driver's plan raises, is here.
 
 Pure stdlib, no Ansible imports; the GPUs come in as the PCI devices of nvidia_gpu_facts.
 
@@ -13,6 +14,7 @@ Pure stdlib, no Ansible imports; the GPUs come in as the PCI devices of nvidia_g
 """
 import re
 
+from ansible.module_utils.driver.fabric_manager import fabric_need, fabric_packages, style_refusal
 from ansible.module_utils.gpu.gpu_arch import lookup as arch_lookup
 from ansible.module_utils.gpu.host_parse import driver_branch
 
@@ -174,39 +176,47 @@ def check_branch(branch, gpus, source):
                 "it" if len(low) == 1 else "them", need))
 
 
-def fabric_manager_wanted(request):
-    """(wanted, reason): an NVSwitch (HGX) host needs nvidia-fabricmanager at exactly the driver's version, or
-    every CUDA program fails with 802 while nvidia-smi looks healthy. request["nvswitches"]: the NVSwitch
-    PCI addresses (nvidia_gpu_facts); request["fabric_manager"]: auto | always | never."""
+def fabric_choice(request, gpus):
+    """What the driver comes with on an NVLink fabric host: {fabric_manager (bool: the fabric manager's packages and
+    unit), fabric_need (fabric_manager | fabric_manager+nvlsm | imex | none), fabric_services (the units to run),
+    fabric_manager_reason}. Without the service at exactly the driver's version every CUDA program fails with 802
+    while nvidia-smi looks healthy (fabric manager), or GPU memory is not shared across the NVLink domain (IMEX).
+
+    request["nvswitches"]: the NVSwitch PCI addresses (nvidia_gpu_facts); request["machine"]: the CPU architecture;
+    request["fabric"]: nvidia_gpu_facts' fabric (its gpus: each GPU's Fabric block); request["fabric_manager"]:
+    auto | always | never (never: none of these packages). Refuses a style that does not carry what the host
+    needs, naming the one that does (fabric_manager.fabric_packages)."""
     mode = request.get("fabric_manager") or "auto"
-    switches = request.get("nvswitches") or []
+    need = fabric_need(request.get("nvswitches") or [], gpus, (request.get("fabric") or {}).get("gpus") or [],
+                       request.get("machine"))
+    none = {"fabric_manager": False, "fabric_need": need["need"], "fabric_services": []}
     if mode == "never":
-        return False, "nvidia_driver_fabric_manager: never%s" % (
-            " (%d NVSwitch on the PCI bus: CUDA fails with 802 until a fabric manager at the driver's version "
-            "runs)" % len(switches) if switches else "")
-    if not switches:
-        if mode == "always":
-            raise DriverChoiceError(
-                "nvidia_driver_fabric_manager is always, but this host has no NVSwitch on the PCI bus: the fabric "
-                "manager exits there with NV_WARN_NOTHING_TO_DO and its service fails. Fix: "
-                "nvidia_driver_fabric_manager: auto")
-        return False, "no NVSwitch on the PCI bus"
-    if request["style"] != "ubuntu":
+        return dict(none, fabric_manager_reason="nvidia_driver_fabric_manager: never%s" % (
+            " (%s: %s; %s)" % (need["need"], need["reason"], "CUDA fails with 802 until a fabric manager at the "
+                               "driver's version runs" if need["fabric_manager"] else "no IMEX service")
+            if need["need"] != "none" else ""))
+    if mode == "always" and not need["fabric_manager"]:
         raise DriverChoiceError(
-            "this host has %d NVSwitch (%s): it needs nvidia-fabricmanager at the driver's exact version, which "
-            "%s. Fix: an Ubuntu host (nvidia_driver_package_style: ubuntu with "
-            "Ubuntu's archive), or nvidia_driver_fabric_manager: never to install the driver alone (CUDA then "
-            "fails with 802 until a matching fabric manager runs)" % (
-                len(switches), ", ".join(switches[:4]),
-                "gpuhost does not install from NVIDIA's CUDA repository yet (nvidia_driver_package_style: nvidia)"
-                if request["style"] == "nvidia" else "Debian's archive does not carry"))
-    return True, "%d NVSwitch on the PCI bus (%s)" % (len(switches), ", ".join(switches[:4]))
+            "nvidia_driver_fabric_manager is always, but this host has no NVSwitch fabric of its own (%s): the "
+            "fabric manager exits there with NV_WARN_NOTHING_TO_DO and its service fails. Fix: "
+            "nvidia_driver_fabric_manager: auto" % need["reason"])
+    if need["need"] == "none":
+        return dict(none, fabric_manager_reason=need["reason"])
+    refusal = style_refusal(need["need"], request["style"])
+    if refusal:
+        raise DriverChoiceError(
+            "%s. %s, or nvidia_driver_fabric_manager: never to install the driver alone (CUDA then fails with 802 "
+            "until a matching %s runs)" % (need["reason"], refusal,
+                                           "IMEX service" if need["imex"] else "fabric manager"))
+    return {"fabric_manager": need["fabric_manager"], "fabric_need": need["need"],
+            "fabric_services": need["services"], "fabric_manager_reason": need["reason"]}
 
 
-def fabric_manager_packages(branch):
-    """Ubuntu's fabric manager packages of a branch (no -server/-open variants; they depend on the exact
-    nvidia-kernel-common-<branch>-server-<version>: docs/research/hgx-fabric-manager.md 1b)."""
-    return ["nvidia-fabricmanager-%d" % branch, "libnvidia-nscq-%d" % branch]
+def fabric_manager_packages(branch, need="fabric_manager", style="ubuntu"):
+    """{pinned, unpinned} package names of a fabric need for a branch in a package style
+    (fabric_manager.fabric_packages): pinned ones at exactly the driver's version."""
+    names = fabric_packages(need, style, branch)
+    return {"pinned": names["pinned"], "unpinned": names["unpinned"]}
 
 
 def precheck(request, gpus):
@@ -215,8 +225,6 @@ def precheck(request, gpus):
     modules, reason = resolve_kernel_modules(request["kernel_modules"], gpus)
     branch, source = requested_branch(request)
     check_branch(branch, gpus, source)
-    fabric, fabric_reason = fabric_manager_wanted(request)
-    return {"kernel_modules": modules, "kernel_modules_reason": reason, "branch": branch,
-            "branch_source": source, "min_branch": min_branch(gpus), "max_branch": max_branch(gpus),
-            "fabric_manager": fabric,
-            "fabric_manager_reason": fabric_reason}
+    return dict({"kernel_modules": modules, "kernel_modules_reason": reason, "branch": branch,
+                 "branch_source": source, "min_branch": min_branch(gpus), "max_branch": max_branch(gpus)},
+                **fabric_choice(request, gpus))

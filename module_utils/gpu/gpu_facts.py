@@ -23,7 +23,7 @@ from ansible.module_utils.gpu.nvsmi_xml import parse_xml
 from ansible.module_utils.gpu.host_parse import (
     HostParseError, driver_branch, nvidia_gpus, parse_lspci, parse_proc_version,
     pci_device_from_sysfs)
-from ansible.module_utils.driver.fabric_manager import needs_fabric_manager, nvswitches
+from ansible.module_utils.driver.fabric_manager import fabric_need, nvswitches
 from ansible.module_utils.gpu.gpu_topology import fabric_verdict, parse_fabric_xml, parse_topo_matrix
 
 DEFAULT_PROC_VERSION_PATH = "/proc/driver/nvidia/version"
@@ -307,14 +307,15 @@ def build_facts(captures, pid_exists=None):
         "nvidia_smi_form": smi.get("form"),
         "warnings": warnings + list(smi.get("warnings", [])),
     }
-    facts.update(interconnect_facts(captures, state))
+    facts.update(interconnect_facts(captures, state, gpus or pci_gpus, kernel["arch"] if kernel else None))
     facts["warnings"].extend(_consistency_warnings(facts, kernel, pci_gpus))
     return facts
 
 
-def interconnect_facts(captures, state):
-    """{nvswitches, fabric, topology}: the NVSwitch functions on the PCI bus, each GPU's fabric and whether the
-    host needs the fabric manager (HGX), and `nvidia-smi topo -m` (null where it did not answer)."""
+def interconnect_facts(captures, state, gpus=(), machine=None):
+    """{nvswitches, fabric, topology}: the NVSwitch functions on the PCI bus, each GPU's fabric and what the host
+    needs for it (fabric_facts), and `nvidia-smi topo -m` (null where it did not answer).
+    gpus: nvidia-smi's GPUs (else the PCI functions); machine: the driver's architecture (x86_64, aarch64)."""
     lspci = captures.get("lspci") or {}
     switches = nvswitches(lspci.get("stdout")) if lspci.get("rc") == 0 else []
     xml = next((a for a in captures.get("smi") or [] if a["kind"] == "xml" and a["rc"] == 0), None)
@@ -327,19 +328,22 @@ def interconnect_facts(captures, state):
         topology = parse_topo_matrix(topo["stdout"]) if topo.get("rc") == 0 else None
     except ParseError:
         topology = None
-    return {"nvswitches": [d.get("pci_address") for d in switches], "fabric": fabric_facts(fabrics, switches),
-            "topology": topology}
+    return {"nvswitches": [d.get("pci_address") for d in switches],
+            "fabric": fabric_facts(fabrics, switches, gpus, machine), "topology": topology}
 
 
-def fabric_facts(fabrics, switches):
-    """The host's NVSwitch fabric from each GPU's fabric (gpu_topology.parse_fabric[_xml]) and the NVSwitch
-    functions on the bus: {needed, reason, state, message, fix, gpus: [{pci_bus_id, state, status, clique_id,
-    health_summary}]}."""
-    needs = needs_fabric_manager(switches, fabrics)
+def fabric_facts(fabrics, switches, gpus=(), machine=None):
+    """The host's NVLink fabric from each GPU's fabric (gpu_topology.parse_fabric[_xml]), the NVSwitch functions on
+    the bus and the GPUs themselves (fabric_manager.fabric_need): {need (fabric_manager | fabric_manager+nvlsm |
+    imex | none), needed (a fabric manager), reason, services, state, message, fix, gpus: [{pci_bus_id, state,
+    status, clique_id, cluster_uuid, health_summary}]}."""
+    needs = fabric_need(switches, gpus, fabrics, machine)
     verdict = fabric_verdict(fabrics)
-    return {"needed": needs["needed"], "reason": needs["reason"], "state": verdict["state"],
-            "message": verdict["message"], "fix": verdict["fix"],
-            "gpus": [dict((k, f[k]) for k in ("pci_bus_id", "state", "status", "clique_id", "health_summary"))
+    return {"need": needs["need"], "needed": needs["needed"], "reason": needs["reason"],
+            "services": needs["services"], "state": verdict["state"], "message": verdict["message"],
+            "fix": verdict["fix"],
+            "gpus": [dict((k, f.get(k)) for k in ("pci_bus_id", "state", "status", "clique_id", "cluster_uuid",
+                                                  "health_summary"))
                      for f in fabrics]}
 
 

@@ -90,11 +90,11 @@ REGISTRY = (
                "nvidia-*", "libnvidia-*", "linux-modules-nvidia-*", "linux-objects-nvidia-*",
                "linux-signatures-nvidia-*", "firmware-nvidia-*", "libcuda*", "xserver-xorg-video-nvidia*"),
                exclude=TOOLKIT_PACKAGES + ("nvidia-container-*", "libnvidia-container*", "nvidia-fabricmanager*",
-                                           "libnvidia-nscq*", "nvidia-docker*")))),
+                                           "libnvidia-nscq*", "nvidia-imex*", "nvidia-docker*")))),
     # The fabric manager comes with the driver (same branch, same version): the driver role installs it.
     _layer("fabric", "NVSwitch fabric", roles=("nvidia_driver",), tags=("driver",), checks=("fabric",),
            drift=True, repair=("nvidia_driver",), catalogue=("fabric",),
-           owns=owns(packages=packages(patterns=("nvidia-fabricmanager*", "libnvidia-nscq*")),
+           owns=owns(packages=packages(patterns=("nvidia-fabricmanager*", "libnvidia-nscq*", "nvidia-imex*", "nvlsm")),
                      units=(unit("nvidia-fabricmanager.service", must_run=True, when="fabric_needed"),))),
     # MIG partitions are checked with persistence mode: both are per-GPU state the driver does not keep.
     _layer("persistence", "persistence mode", roles=("nvidia_persistence", "nvidia_mig"),

@@ -30,7 +30,7 @@ from ansible.module_utils.layers.base import (
 from ansible.module_utils.layers.container import SERVING_LABEL
 from ansible.module_utils.layers.engine import (cdi_enabled, choose_engine, normalize_image_ref, parse_ctr_version,
                                                 parse_docker_info)
-from ansible.module_utils.layers.fabric import FABRIC_MANAGER_SERVICE
+from ansible.module_utils.driver.fabric_manager import FABRIC_MANAGER_SERVICE, IMEX_SERVICE
 from ansible.module_utils.layers.generic import DOCKER_ROOT_DEFAULT
 from ansible.module_utils.layers.health import BENIGN_CLOCK_REASONS
 from ansible.module_utils.layers.runtime_config import _char_numbers
@@ -192,6 +192,9 @@ def capture(io, options=None):
         caps["persistenced_enabled"] = (out or "").strip() or None
         rc, out, _err = io.run([systemctl, "is-active", FABRIC_MANAGER_SERVICE])
         caps["fabricmanager_active"] = (out or "").strip() or None
+        if ((facts.get("fabric") or {}).get("need")) == "imex":
+            rc, out, _err = io.run([systemctl, "is-active", IMEX_SERVICE])
+            caps["imex_active"] = (out or "").strip() or None
     docker = io.which("docker")
     ctr = io.which("ctr")
     caps["engine"] = choose_engine(opts["container_engine"], docker, ctr)

@@ -42,19 +42,40 @@ def test_topo_reads_stdin_and_refuses_what_is_not_a_matrix():
     assert gpuhost("topo", "--tp", "0", fixture_path("nvidia_smi", "062_")).returncode == 2
 
 
-@pytest.mark.parametrize("prefix, verdict, needed, rc", [
-    ("055_", "ready", True, 0),
-    ("059_", "not_ready", True, 1),
-    ("056_", "not_applicable", False, 0),
-    ("043_", "not_applicable", False, 0),   # -q -x of a single RTX PRO 6000
-    ("067_", "failed", True, 1),
-    ("066_", "unhealthy", True, 1),
+@pytest.mark.parametrize("prefix, verdict, need, rc", [
+    ("055_", "ready", "fabric_manager", 0),
+    ("059_", "not_ready", "fabric_manager", 1),
+    ("056_", "not_applicable", "none", 0),
+    ("043_", "not_applicable", "none", 0),   # -q -x of a single RTX PRO 6000
+    ("067_", "failed", "fabric_manager", 1),
+    ("066_", "unhealthy", "imex", 1),        # CliqueId 2 with a ClusterUUID: a multi-node NVLink tray
 ])
-def test_fabric_verdicts(prefix, verdict, needed, rc):
+def test_fabric_verdicts(prefix, verdict, need, rc):
     proc = gpuhost("fabric", "--json", fixture_path("nvidia_smi", prefix))
     assert proc.returncode == rc, proc.stdout + proc.stderr
     out = json.loads(proc.stdout)
-    assert out["verdict"] == verdict and out["needs_fabric_manager"] is needed
+    assert out["verdict"] == verdict and out["need"] == need
+    assert out["needs_fabric_manager"] is need.startswith("fabric_manager")
+
+
+def test_fabric_names_the_packages_at_the_drivers_version():
+    # 055: a whole -q of 8x H100 SXM at 565.57.01: the fabric manager's packages in each style
+    out = json.loads(gpuhost("fabric", "--json", fixture_path("nvidia_smi", "055_")).stdout)
+    assert out["driver_version"] == "565.57.01" and out["services"] == ["nvidia-fabricmanager"]
+    assert out["packages"]["NVIDIA's CUDA repository"] == ["nvidia-fabricmanager-565=565.57.01-*",
+                                                           "libnvidia-nscq-565=565.57.01-*"]
+    assert out["packages"]["Debian's archive"].endswith("for the driver and the fabric manager together")
+
+
+def test_fabric_of_an_hgx_b200_and_a_gb200_tray_from_the_gpus_names():
+    """The GPUs' names from --gpus: 8x B200 (`nvidia-smi -L`) and 2x GB200 (`nvidia-smi nvlink -info`)."""
+    b200 = gpuhost("fabric", "--gpus", fixture_path("fabric", "L_8xB200"), fixture_path("nvidia_smi", "059_"))
+    assert "needs: fabric_manager+nvlsm (8 x NVIDIA B200, NVLink 5" in b200.stdout
+    assert "service: nvidia-fabricmanager" in b200.stdout and "modprobe ib_umad" in b200.stdout
+    tray = json.loads(gpuhost("fabric", "--json", "--gpus", fixture_path("fabric", "nvlink-info_2xGB200"),
+                              fixture_path("nvidia_smi", "059_")).stdout)
+    assert tray["need"] == "imex" and tray["services"] == ["nvidia-imex"] and tray["needs_fabric_manager"] is False
+    assert tray["fix"].startswith("this host runs no fabric manager (a GB200/GB300 compute tray)")
 
 
 def test_fabric_text_names_the_fix_and_missing_blocks_say_unknown():

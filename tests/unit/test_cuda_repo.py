@@ -444,3 +444,73 @@ def test_sources_with_only_branches_past_a_gpus_last_are_named_so():
         dp.plan(_request(), _p100(), _Query(madison))
     message = str(err.value)
     assert "only past branch 580" in message and "Tesla P100-PCIE-16GB" in message and "590.48.01-1" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# The fabric services from NVIDIA's repository: NVSwitch hosts, HGX B200 (NVLSM), GB200 trays (IMEX)
+
+# NVSwitch functions as the research's real H100 HGX lspci shows them (10de:22a3).
+NVSWITCHES = ["0000:bd:00.0", "0000:be:00.0", "0000:bf:00.0", "0000:c0:00.0"]
+# Versions as NVIDIA's debian12 index names them (nvidia-fabricmanager_580.65.06-1_amd64.deb: research doc 1,
+# corpus host/010), in madison's layout (debian12-madison-nvidia-driver.txt).
+FABRIC_URL = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64  Packages"
+
+
+def _fabric_madison(names, versions=("580.65.06-1", "570.172.08-1")):
+    return "".join("%s | %s | %s\n" % (name, version, FABRIC_URL) for name in names for version in versions)
+
+
+def _gpu(pci_id, product, address="0000:51:00.0"):
+    return rq.gpu_summary([{"is_nvidia_gpu": True, "device_id": pci_id[5:], "pci_id": pci_id,
+                            "pci_address": address, "product": product}])
+
+
+def test_an_nvswitch_host_gets_the_fabric_manager_from_nvidias_repository_at_the_drivers_version():
+    madison = _fabric_madison(("nvidia-driver", "nvidia-kernel-dkms", "nvidia-fabricmanager", "libnvidia-nscq",
+                               "nvidia-fabricmanager-570", "libnvidia-nscq-570"))
+    result = dp.plan(_request(branch="580", nvswitches=NVSWITCHES), _a100(), _Query(madison))
+    assert result["fabric_manager"] is True and result["fabric_need"] == "fabric_manager"
+    assert result["fabric_services"] == ["nvidia-fabricmanager"]
+    # from 580 the unsuffixed names (nvidia-fabricmanager-580 is only virtual there: corpus host/010)
+    assert result["install"] == ["nvidia-driver=580.65.06-1", "nvidia-kernel-dkms=580.65.06-1",
+                                 "nvidia-driver-pinning-580", "nvidia-fabricmanager=580.65.06-1",
+                                 "libnvidia-nscq=580.65.06-1"]
+    older = dp.plan(_request(branch="570", nvswitches=NVSWITCHES), _a100(), _Query(madison))
+    assert older["install"][-2:] == ["nvidia-fabricmanager-570=570.172.08-1", "libnvidia-nscq-570=570.172.08-1"]
+    lacking = _fabric_madison(("nvidia-driver", "nvidia-kernel-dkms")) + _fabric_madison(
+        ("nvidia-fabricmanager", "libnvidia-nscq"), ("570.172.08-1",))
+    with pytest.raises(rq.DriverChoiceError) as err:
+        dp.plan(_request(branch="580", nvswitches=NVSWITCHES), _a100(), _Query(lacking))
+    assert "nvidia-fabricmanager 580.65.06 is not in the apt sources (they offer 570.172.08)" in str(err.value)
+
+
+def test_an_hgx_b200_gets_nvlsm_beside_the_fabric_manager():
+    """B200 by its PCI id (10de:2901, as the simllm 8x B200 capture's lspci shows it): no NVSwitch on the bus."""
+    madison = _fabric_madison(("nvidia-driver", "nvidia-kernel-open-dkms", "nvidia-fabricmanager",
+                               "libnvidia-nscq")) + "nvlsm | 2025.10.14-1 | %s\n" % FABRIC_URL
+    b200 = _gpu("10de:2901", "NVIDIA B200")
+    result = dp.plan(_request(branch="580", machine="x86_64"), b200, _Query(madison))
+    assert result["fabric_need"] == "fabric_manager+nvlsm" and result["fabric_manager"] is True
+    assert result["install"][-5:] == ["nvidia-fabricmanager=580.65.06-1", "libnvidia-nscq=580.65.06-1",
+                                      "nvlsm", "infiniband-diags", "libibumad3"]
+    # Ubuntu's archive has no NVLSM: refused, naming NVIDIA's repository
+    with pytest.raises(rq.DriverChoiceError) as err:
+        rq.precheck(_request(style="ubuntu"), b200)
+    assert "not NVLSM (package nvlsm)" in str(err.value) and "nvidia_driver_package_style: nvidia" in str(err.value)
+    never = rq.precheck(_request(fabric_manager="never"), b200)
+    assert never["fabric_services"] == [] and never["fabric_need"] == "fabric_manager+nvlsm"
+
+
+def test_a_gb200_tray_gets_imex_and_no_fabric_manager():
+    madison = _fabric_madison(("nvidia-driver", "nvidia-kernel-open-dkms", "nvidia-imex"))
+    gb200 = _gpu("10de:2941", "NVIDIA GB200", "0008:01:00.0")
+    result = dp.plan(_request(branch="580", machine="aarch64"), gb200, _Query(madison))
+    assert result["fabric_need"] == "imex" and result["fabric_manager"] is False
+    assert result["fabric_services"] == ["nvidia-imex"]
+    assert result["install"][-1] == "nvidia-imex=580.65.06-1"
+    assert not [p for p in result["packages"] if "fabricmanager" in p]
+    with pytest.raises(rq.DriverChoiceError, match="NV_WARN_NOTHING_TO_DO"):
+        rq.precheck(_request(fabric_manager="always"), gb200)
+    with pytest.raises(rq.DriverChoiceError) as err:
+        rq.precheck(_request(style="debian"), gb200)
+    assert "Debian's archive does not carry the IMEX service (nvidia-imex)" in str(err.value)

@@ -703,8 +703,11 @@ def test_fabric_manager_modes_and_refusals():
     assert "802" in without["fabric_manager_reason"]
     with pytest.raises(rq.DriverChoiceError, match="NV_WARN_NOTHING_TO_DO"):
         rq.precheck(request(style="ubuntu", fabric_manager="always"), gpus_of(BLACKWELL))
-    with pytest.raises(rq.DriverChoiceError, match="Debian's archive does not carry"):
+    with pytest.raises(rq.DriverChoiceError) as err:
         rq.precheck(request(nvswitches=NVSWITCHES), gpus_of(BLACKWELL))
+    assert ("Debian's archive does not carry the fabric manager (nvidia-fabricmanager, libnvidia-nscq). Fix: "
+            "nvidia_driver_package_style: nvidia, i.e. NVIDIA's CUDA repository, for the driver and the fabric "
+            "manager together, or nvidia_driver_fabric_manager: never") in str(err.value)
     with pytest.raises(rq.DriverChoiceError, match="auto, always or never"):
         rq.precheck(request(fabric_manager="yes"), gpus_of(BLACKWELL))
     assert rq.precheck(request(), gpus_of(BLACKWELL))["fabric_manager"] is False

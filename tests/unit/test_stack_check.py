@@ -1050,8 +1050,10 @@ def test_gpus_path_skipped_without_docker():
 
 from gpu import gpu_facts  # noqa: E402  (module_utils on sys.path, as above)
 from gpu import gpu_topology  # noqa: E402
+from gpu.nvsmi_parse import facts_from_output  # noqa: E402
 
 FM_DPKG = "nvidia-fabricmanager-570\t570.133.20-0ubuntu1\tii \n"
+IMEX_DPKG = "nvidia-imex-570\t570.133.20-0ubuntu1\tii \n"
 
 
 def fabrics(name, switches=()):
@@ -1089,11 +1091,59 @@ def test_fabric_manager_missing_or_at_another_version_or_stopped():
 
 
 def test_fabric_unhealthy_warns_and_insufficient_resources_fails():
-    assert sc.check_fabric(fabrics("066_q-grep-fabric_completed-success_health-unhealthy_cliqueid2.txt"), [], FM_DPKG,
-                           "active", "570.133.20")["status"] == "warn"
+    # 066 names clique 2 of a cluster: a GB200-class tray, which needs IMEX and no fabric manager
+    tray = fabrics("066_q-grep-fabric_completed-success_health-unhealthy_cliqueid2.txt")
+    assert tray["need"] == "imex"
+    assert sc.check_fabric(tray, [], IMEX_DPKG, "inactive", "570.133.20", "active")["status"] == "warn"
     failed = sc.check_fabric(fabrics("067_q-fabric_completed-insufficient-resources_cliqueid0_dedented.txt"), [],
                              FM_DPKG, "active", "570.133.20")
     assert failed["status"] == "fail" and "not usable" in failed["summary"]
+
+
+def b200_fabric(name="059_q-grep-fabric_570.133.20_8xH100-SXM_p5-rhel9_in-progress.txt"):
+    """The facts of an HGX B200 host: the GPUs as nvidia-smi -L names them (tests/fixtures/fabric, 8x B200) with a
+    real Fabric block (no verbatim B200 Fabric block was found: research doc 6)."""
+    gpus = facts_from_output(load(os.path.join(FIXTURES, "fabric"), "L_8xB200-HGX_595.91.07.txt"))["gpus"]
+    return gpu_facts.fabric_facts(gpu_topology.parse_fabric(load(SMI, name)), [], gpus, "x86_64")
+
+
+def test_hgx_b200_needs_nvlsm_beside_the_fabric_manager():
+    fm_dpkg = "nvidia-fabricmanager\t580.65.06-1\tii \nlibnvidia-nscq\t580.65.06-1\tii \n"
+    fabric = b200_fabric()
+    assert fabric["need"] == "fabric_manager+nvlsm" and fabric["needed"] is True
+    missing = sc.check_fabric(fabric, [], fm_dpkg, "failed", "580.65.06")
+    assert missing["status"] == "fail" and "NVLSM (package nvlsm) is not installed" in missing["summary"]
+    assert "nvidia-fabricmanager=580.65.06-* libnvidia-nscq=580.65.06-* nvlsm infiniband-diags libibumad3" \
+        in missing["remedy"] and "modprobe ib_umad" in missing["remedy"]
+    # Ubuntu's archive has no NVLSM: the remedy names NVIDIA's CUDA repository only
+    assert "Ubuntu's archive" not in missing["remedy"]
+    nothing = sc.check_fabric(fabric, [], "", None, "580.65.06")
+    assert nothing["status"] == "fail" and "no nvidia-fabricmanager package is installed" in nothing["summary"]
+    ready = sc.check_fabric(b200_fabric("060_q-grep-fabric_570.133.20_8xH100-SXM_p5-rhel9_completed.txt"), [],
+                            fm_dpkg + "nvlsm\t2025.10.14-1\tii \n", "active", "580.65.06")
+    assert ready["status"] == "ok" and "nvidia-fabricmanager 580.65.06 running with NVLSM 2025.10.14-1" \
+        in ready["summary"]
+    assert ready["data"]["need"] == "fabric_manager+nvlsm" and ready["data"]["nvlsm"] == "2025.10.14-1"
+
+
+def test_a_gb200_tray_needs_imex_at_the_drivers_version_and_no_fabric_manager():
+    gpus = facts_from_output(load(os.path.join(FIXTURES, "fabric"), "nvlink-info_2xGB200_k8s-test-infra-371.txt"),
+                             partial=True)["gpus"]
+    tray = gpu_facts.fabric_facts(gpu_topology.parse_fabric(load(SMI, "060_q-grep-fabric_570.133.20_8xH100-SXM_p5-"
+                                                                      "rhel9_completed.txt")), [], gpus, "aarch64")
+    assert tray["need"] == "imex" and tray["needed"] is False and tray["services"] == ["nvidia-imex"]
+    missing = sc.check_fabric(tray, [], "", None, "570.133.20", None)
+    assert missing["status"] == "fail" and "no nvidia-imex package is installed" in missing["summary"]
+    assert "`apt-get install nvidia-imex-570=570.133.20-*` (Ubuntu's archive)" in missing["remedy"]
+    assert "`apt-get install nvidia-imex-570=570.133.20-*` (NVIDIA's CUDA repository)" in missing["remedy"]
+    behind = sc.check_fabric(tray, [], "nvidia-imex\t580.65.06-1\tii \n", None, "570.133.20", "failed")
+    assert behind["status"] == "fail" and "IMEX aborts on another driver version" in behind["summary"]
+    alone = sc.check_fabric(tray, [], IMEX_DPKG, "inactive", "570.133.20", "inactive")
+    assert alone["status"] == "ok" and "a tray serving alone does without it" in alone["summary"]
+    assert "/etc/nvidia-imex/nodes_config.cfg" in alone["summary"]
+    running = sc.check_fabric(tray, [], IMEX_DPKG + FM_DPKG, "active", "570.133.20", "active")
+    assert running["status"] == "warn" and "systemctl disable --now nvidia-fabricmanager" in running["remedy"]
+    assert sc.check_fabric(tray, [], IMEX_DPKG, "inactive", "570.133.20", "active")["status"] == "ok"
 
 
 def test_no_nvswitch_needs_no_fabric_manager():
