@@ -61,12 +61,14 @@ ENTRIES = (
        "read `journalctl -k -b | grep -iE 'nvrm|xid'` for the GPU's fate; check `lspci -nn | grep -i nvidia`",
        REPAIR_DRIVER, scopes={"smi": "error"}, gate=("no devices",)),
     # Not a container's start: runc's `exec: "nvidia-smi": executable file not found in $PATH` is the image's row
-    # (container_nvidia_smi_missing) while the host's driver works (tests/fixtures/errors/phrasings/).
+    # (container_nvidia_smi_missing) while the host's driver works (tests/fixtures/errors/phrasings/). A tool that
+    # runs it names the file last: Python's "FileNotFoundError: [Errno 2] No such file or directory: 'nvidia-smi'"
+    # (peci1/nvidia-htop#23, a Proxmox host on nouveau).
     _e("nvidia_smi_missing", "driver",
        r"^(?![^\n]*(?:exec: \\?\"|OCI runtime))[^\n]*?"
        r"(?:nvidia-smi: (?:command )?not found|command 'nvidia-smi' not found|"
        r"nvidia-smi[^\n]*no such file or directory|executable file not found[^\n]*nvidia-smi|"
-       r"nvidia-smi[^\n]*executable file not found)",
+       r"nvidia-smi[^\n]*executable file not found|no such file or directory: '?nvidia-smi)",
        "nvidia-smi is not installed: no NVIDIA driver userspace",
        "install the driver (the -server branch on Ubuntu, Debian's nvidia-driver on Debian)", REPAIR_DRIVER,
        scopes={"smi": "no_driver"}, gate=("nvidia-smi",)),
@@ -265,13 +267,15 @@ ENTRIES = (
        "read `journalctl -k -b | grep -iE 'nvrm|xid'`; check the kernel module flavour (open from Turing on, "
        "required from Blackwell) and the branch against the GPU", REPAIR_DRIVER,
        scopes={"cuda": "initialization_error"}, gate=("initialization error",)),
-    _e("cuda_unknown_error", "driver", r"error code unknown error\)|cudaErrorUnknown|\bcode=(?:30|999)\b",
+    # deviceQuery's "cudaGetDeviceCount returned 999" / "-> unknown error" (NVIDIA/cuda-samples#13), as 802 above.
+    _e("cuda_unknown_error", "driver", r"error code unknown error\)|cudaErrorUnknown|\bcode=(?:30|999)\b|"
+       r"cuda\w+ returned 999\b",
        "CUDA could not initialise in the container (cudaErrorUnknown): most often /dev/nvidia-uvm is missing "
        "or not accessible (nvidia-uvm not loaded), else a GPU fault (an Xid in the kernel log)",
        "load nvidia-uvm and make its nodes: `nvidia-ctk system create-device-nodes --control-devices "
        "--load-kernel-modules` (or `nvidia-modprobe -u -c=0`, or reboot); `ls -l /dev/nvidia-uvm`; "
        "read `journalctl -k -b | grep -i xid`", REPAIR_DRIVER, scopes={"cuda": "unknown_error"},
-       gate=("unknown error", "cudaerrorunknown", "code=")),
+       gate=("unknown error", "cudaerrorunknown", "code=", "returned 999")),
     _e("driver_libraries_missing", "driver",
        r"nvidia-container-cli: initialization error: load library failed: libnvidia-ml\.so",
        "the toolkit cannot load the driver's NVML library: the driver's userspace is not installed on the host",
