@@ -366,7 +366,8 @@ ENTRIES = (
        "those limits: gpuhost_training: true (docker's default-ulimits in daemon.json)",
        "site.yml --tags docker -e gpuhost_training=true",
        gate=("cannot allocate", "rlimit_mlock", "pinned memory")),
-    _e("nccl_error", "other", r"NCCL (?:WARN|error)[^\n]*|ncclSystemError|ncclUnhandledCudaError|unhandled system error",
+    _e("nccl_error", "other",
+       r"NCCL (?:WARN|error)[^\n]*|ncclSystemError|ncclUnhandledCudaError|unhandled system error",
        "NCCL, the GPUs' collective library, failed", "run with NCCL_DEBUG=INFO; check /dev/shm, the GPUs' "
        "P2P and the kernel log", "playbooks/diagnose.yml", gate=("nccl",)),
 )
