@@ -1,8 +1,10 @@
 """The chain a MIG layout change sets off (issue 24 item 2), read from the YAML Ansible runs: the nvidia_mig role's
 module task notifies `gpuhost mig changed`, the role's handlers are the shared chain (roles/gpuhost_handlers/
 handlers/chain.yml), and in that chain (Ansible runs handlers in definition order) the topic reaches the CDI
-regeneration, then the engine restarts, whose `gpuhost docker restarted` restarts the serving containers. The
-molecule scenario `mig` has no docker, so this order is checked here."""
+regeneration, then containerd's restart (a containerd node), then the serving containers on the GPUs whose layout
+changed, and never docker's restart (issue 39: a change on GPU 0 restarted every container of the host). The
+molecule scenario `mig` has no docker, so this order is checked here; vllm_mig checks docker and GPU 1's
+instance are left alone by drift.yml's repair of GPU 0."""
 import os
 
 import yaml
@@ -35,16 +37,18 @@ def test_the_role_carries_the_shared_chain():
     assert handlers[0]["ansible.builtin.import_tasks"].endswith("/../gpuhost_handlers/handlers/chain.yml")
 
 
-def test_the_topic_runs_cdi_then_the_engines_then_the_serving_containers():
+def test_the_topic_runs_cdi_then_containerd_then_the_changed_gpus_serving_containers():
     chain = load("roles", "gpuhost_handlers", "handlers", "chain.yml")
     names = [h["name"] for h in chain]
     on_topic = [h["name"] for h in chain if TOPIC in listens(h)]
-    assert on_topic == ["Regenerate the CDI spec", "Clear docker's start rate limit", "Restart docker",
-                        "Restart containerd"]
-    restart = next(h for h in chain if h["name"] == "Restart docker")
-    assert restart["notify"] == "gpuhost docker restarted"
-    serving = next(h for h in chain if "gpuhost docker restarted" in listens(h))
-    assert serving["name"] == "Restart the serving containers"
-    assert names.index("Regenerate the CDI spec") < names.index("Restart docker") < names.index(serving["name"])
-    # the runtime entry is the driver's business, not a layout's
+    assert on_topic == ["Regenerate the CDI spec", "Restart containerd",
+                        "Restart the serving containers on the GPUs whose MIG layout changed"]
+    serving = next(h for h in chain if h["name"] == on_topic[-1])
+    # only the instances whose recorded GPUs the module changed, and not again after a docker restart
+    assert "nvidia_mig_result.gpus" in " ".join(serving["when"])
+    assert "gpuhost_handlers_docker_restart" in " ".join(serving["when"])
+    assert names.index("Restart docker") < names.index(serving["name"])
+    assert chain[names.index("Restart docker")]["register"] == "gpuhost_handlers_docker_restart"
+    # the runtime entry is the driver's business, not a layout's; docker resolves MIG devices at container start
     assert TOPIC not in listens(next(h for h in chain if h["name"] == "Configure the nvidia runtime for docker"))
+    assert TOPIC not in listens(next(h for h in chain if h["name"] == "Restart docker"))
