@@ -15,7 +15,7 @@ export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
 # Scenarios `make test` runs, in order (SCENARIOS=... to pick).
-SCENARIOS ?= docker containerd toolkit drift_schedule driver driver_debian driver_cuda hgx mig first_use drift vllm vllm_mig
+SCENARIOS ?= docker containerd toolkit drift_schedule driver driver_debian driver_cuda hgx mig first_use drift vllm
 
 .PHONY: help venv sysdeps harness images lint unit molecule test demo bench clean collection sanity sanity-setup
 help:
@@ -67,7 +67,7 @@ molecule: harness
 # One pytest run, so the output ends with one summary line that counts everything. Two workers, a test file
 # each at a time (pytest-xdist, --dist loadfile): the molecule scenarios are one file, so they still run one
 # after another in one worker, from the start (listed first), while the other worker takes the unit and lint
-# tests. A scenario leaves about one of the two cores idle (measured: 47 % idle during vllm_mig).
+# tests. A scenario leaves about one of the two cores idle (measured: 47 % idle during the MIG serving scenario).
 test: harness
 	GPUHOST_SCENARIOS="$(SCENARIOS)" $(VENV)/bin/python -m pytest -v -p no:cacheprovider --durations=15 \
 	  -n 2 --dist loadfile tests/molecule tests/unit tests/lint

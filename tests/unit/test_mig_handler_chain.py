@@ -3,7 +3,7 @@ module task notifies `gpuhost mig changed`, the role's handlers are the shared c
 handlers/chain.yml), and in that chain (Ansible runs handlers in definition order) the topic reaches the CDI
 regeneration, then containerd's restart (a containerd node), then the serving containers on the GPUs whose layout
 changed, and never docker's restart (issue 39: a change on GPU 0 restarted every container of the host). The
-molecule scenario `mig` has no docker, so this order is checked here; vllm_mig checks docker and GPU 1's
+molecule scenario `mig` has no docker, so this order is checked here; the vllm scenario's MIG host checks docker and GPU 1's
 instance are left alone by drift.yml's repair of GPU 0."""
 import os
 

@@ -4,7 +4,7 @@ labels) in Python (module_utils/serving/vllm_instances.py), where the vllm role 
 vllm_plan_measurement from the same results, where report.yml built it as a Jinja dict.
 
 The proof of "nothing changed": role_harness runs the role's own task files through ansible-playbook on
-the instances of the molecule inventories (vllm, vllm_mig, first_use, vllm's side_effect cases) and on cases
+the instances of the molecule inventories (vllm's two hosts, first_use, vllm's side_effect cases) and on cases
 that reach every branch, and compares what the tasks decide - vllm_resolved, the arguments of each
 docker_container task, the warnings, the record, where they fail - with what the same harness captured
 from the Jinja of 1c34c40 (tests/fixtures/jinja_before/)."""
@@ -50,7 +50,7 @@ def gpu_facts():
     return {
         "h100_l4": _simulated_gpus(["h100", "l4"]),
         "h100": _simulated_gpus(["h100"]),
-        # vllm_mig: two H100, GPU 0 split into two 3g.40gb
+        # the vllm scenario's MIG host: two H100, GPU 0 split into two 3g.40gb
         "h100_mig_h100": _simulated_gpus(["h100", "h100"], mig=[["-i", "0", "-mig", "1"],
                                                                ["mig", "-i", "0", "-cgi", "3g.40gb,3g.40gb", "-C"]]),
         # vllm side_effect: MIG turned on on the H100, no MIG device made
@@ -89,7 +89,7 @@ def vllm_cases(facts):
              "served_model_name": "qwen3-32b", "max_model_len": 32768, "gpu_memory_utilization": 0.92,
              "env": {"GPUHOST_STANDIN_NON_TORCH_GIB": "0.06"}}]
             + [_awq("qwen25-3b-awq-%d" % i, 18001 + i) for i in range(4)])),
-        # molecule/vllm_mig/molecule.yml
+        # molecule/vllm/molecule.yml, host vllm-mig
         "molecule_vllm_mig": ("h100_mig_h100", dict(host, vllm_instances=[
             dict(_awq(name, port, gpus), max_model_len=8192, gpu_memory_utilization=0.9)
             for name, gpus, port in (("slice-a", ["0:0"], 18100), ("slice-b", ["0:1"], 18101),
