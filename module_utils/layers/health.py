@@ -119,8 +119,8 @@ def describe_xid(code):
     entry = XID_CATALOGUE.get(code)
     if not entry:
         return {"code": code, "description": "not in gpuhost's table", "cause": "see NVIDIA's Xid catalogue",
-                "action": "RESET_GPU"}
-    return {"code": code, "description": entry[0], "cause": entry[1], "action": entry[2]}
+                "action": catalogue.XID_UNKNOWN_ACTION}
+    return {"code": code, "description": entry.description, "cause": entry.cause, "action": entry.action}
 
 
 def check_xid(cap, command="dmesg"):
