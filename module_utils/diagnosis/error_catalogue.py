@@ -24,6 +24,7 @@ Every pattern was written against a real text: tests/fixtures/corpus/ (errors/, 
 sources) or the toolkit's and engines' own sources, named at the entry.
 """
 import re
+from collections import namedtuple
 
 REPAIR_DRIVER = "site.yml --tags driver (checks: playbooks/diagnose.yml)"
 REPAIR_TOOLKIT = "site.yml --tags toolkit, then playbooks/drift.yml (re-runs configure, restarts docker)"
@@ -373,43 +374,98 @@ ENTRIES = (
 )
 
 # Kernel log: NVRM: Xid (PCI:0000:17:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
-# NVIDIA's Xid catalogue (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, "Xid
-# Errors"), paraphrased: code -> (description, what usually causes it, action bucket). Action buckets,
-# mildest first: IGNORE, RESTART_APP, WATCH, RESET_GPU, REBOOT (node); the catalogue's hardware ones
-# are followed by "RMA if it recurs".
+# One row per Xid: (description, what usually causes it, the immediate action, its source). The action is NVIDIA's
+# "Resolution Bucket (Immediate Action)" word from the Xid catalogue (https://docs.nvidia.com/deploy/xid-errors/
+# analyzing-xid-catalog.html), as NVIDIA/NVSentinel's xiderrorsmapping.csv copies it (tests/fixtures/xid/, README
+# there). The CSV spells CONTACT_SUPPORT "UNEXPECTED_ERR_REPORT_ISSUE" (the catalogue's rows 1-7 say CONTACT_SUPPORT
+# where the CSV says that) and names a workflow instead of an action for 45, 48, 74, 144-150 and 154: the rows
+# below say which action gpuhost takes there and why (tests/unit/test_xid_policy.py lists every difference).
+XID_SOURCE = "NVIDIA Xid catalogue, Resolution Bucket (Immediate Action), via NVSentinel xiderrorsmapping.csv"
+_CSV_WORKFLOW = XID_SOURCE + "; the CSV names %s (a workflow, not an action): %s"
+XidRow = namedtuple("XidRow", "description cause action source")
+_NVLINK5 = _CSV_WORKFLOW % ("WORKFLOW_NVLINK5_ERR", "a GPU reset, as for Xid 74, retrains its links")
+
+
+def _x(description, cause, action, source=XID_SOURCE):
+    return XidRow(description, cause, action, source)
+
+
 XID_CATALOGUE = {
-    8: ("GPU stopped processing (channel idle timeout)", "an application or driver hang", "RESTART_APP"),
-    13: ("Graphics Engine Exception", "usually the application (illegal instruction or address)", "RESTART_APP"),
-    31: ("GPU memory page fault (MMU fault)", "usually the application (illegal memory access)", "RESTART_APP"),
-    32: ("Invalid or corrupted push buffer stream", "driver, PCIe or system memory trouble", "RESET_GPU"),
-    43: ("GPU stopped processing", "the application hit an error and its channel was stopped", "RESTART_APP"),
-    45: ("Preemptive cleanup, due to previous errors", "channels of a killed or failed process torn down; "
-         "follows another Xid", "IGNORE"),
-    48: ("Double Bit ECC Error (uncorrectable memory error)", "GPU memory", "RESET_GPU"),
-    61: ("Internal micro-controller breakpoint/warning", "GPU firmware", "RESET_GPU"),
-    62: ("Internal micro-controller halt", "GPU firmware or hardware", "RESET_GPU"),
-    63: ("ECC page retirement or row remapping recorded", "GPU memory (corrected; a reset activates it)", "WATCH"),
-    64: ("ECC page retirement or row remapper recording failure", "GPU memory", "RESET_GPU"),
-    69: ("Graphics Engine class error", "usually the application", "RESTART_APP"),
-    74: ("NVLink error", "NVLink/NVSwitch hardware or links", "RESET_GPU"),
-    79: ("GPU has fallen off the bus", "PCIe link, power or thermals (hardware)", "REBOOT"),
-    92: ("High single-bit ECC error rate", "GPU memory wearing out", "WATCH"),
-    94: ("Contained ECC error", "GPU memory; only the affected application died", "RESTART_APP"),
-    95: ("Uncontained ECC error", "GPU memory; every application on the GPU is affected", "RESET_GPU"),
-    109: ("Context switch timeout", "application or driver hang", "RESTART_APP"),
-    119: ("GSP RPC timeout", "GPU System Processor firmware did not answer", "RESET_GPU"),
-    120: ("GSP error", "GPU System Processor firmware", "RESET_GPU"),
-    154: ("GPU recovery action changed", "the driver names the recovery it needs (reset, reboot)", "RESET_GPU"),
+    8: _x("GPU stopped processing (channel idle timeout)", "an application or driver hang", "RESTART_APP"),
+    13: _x("Graphics Engine Exception", "usually the application (illegal instruction or address)", "RESTART_APP"),
+    31: _x("GPU memory page fault (MMU fault)", "usually the application (illegal memory access)", "RESTART_APP"),
+    # gpuhost said RESET_GPU before; the catalogue says restart the application.
+    32: _x("Invalid or corrupted push buffer stream (PBDMA error)", "driver, PCIe or system memory trouble",
+           "RESTART_APP"),
+    # gpuhost said RESTART_APP before; the catalogue: the GPU is healthy, the channel was stopped.
+    43: _x("GPU stopped processing", "the application hit a software fault and its channel was stopped", "IGNORE"),
+    # It follows another Xid ("caused by previous Xid 149"), whose row carries the action: report it only.
+    45: _x("Preemptive cleanup, due to previous errors", "channels of a killed or failed process torn down; "
+           "follows another Xid", "IGNORE",
+           _CSV_WORKFLOW % ("WORKFLOW_XID_45", "it follows another Xid, whose own row decides")),
+    46: _x("GPU stopped processing (GPU timeout)", "driver or hardware", "RESET_GPU"),
+    # The catalogue's Xid 48 workflow reads the Xids after it (63 row remap pending, 64 failure); a reset clears
+    # the error either way (NVIDIA's Xid page: "a GPU reset or node reboot is needed").
+    48: _x("Double Bit ECC Error (uncorrectable memory error)", "GPU memory", "RESET_GPU",
+           _CSV_WORKFLOW % ("WORKFLOW_XID_48", "its immediate step is a GPU reset")),
+    # gpuhost said RESET_GPU before; the catalogue: unexpected, report it.
+    61: _x("Internal micro-controller breakpoint/warning", "GPU firmware", "CONTACT_SUPPORT"),
+    62: _x("Internal micro-controller halt", "GPU firmware or hardware", "RESET_GPU"),
+    # gpuhost said WATCH before (no such bucket in the catalogue): a reset activates the remap, nothing is urgent.
+    63: _x("ECC page retirement or row remapping recorded", "GPU memory (corrected; a reset activates it)", "IGNORE"),
+    64: _x("ECC page retirement or row remapper recording failure", "GPU memory", "RESET_GPU"),
+    69: _x("Graphics Engine class error", "usually the application", "RESTART_APP"),
+    74: _x("NVLink error", "NVLink/NVSwitch hardware or links", "RESET_GPU",
+           _CSV_WORKFLOW % ("WORKFLOW_NVLINK_ERR", "its immediate step is a GPU reset, which retrains the links")),
+    79: _x("GPU has fallen off the bus", "PCIe link, power or thermals (hardware)", "RESTART_BM"),
+    # gpuhost said WATCH before; the catalogue: no action (watch the rate with dcgm or nvidia-smi -q -d ECC).
+    92: _x("High single-bit ECC error rate", "GPU memory wearing out", "IGNORE"),
+    94: _x("Contained ECC error", "GPU memory; only the affected application died", "RESTART_APP"),
+    95: _x("Uncontained ECC error", "GPU memory; every application on the GPU is affected", "RESET_GPU"),
+    # gpuhost said RESTART_APP before; the catalogue resets the GPU.
+    109: _x("Context switch timeout", "application or driver hang", "RESET_GPU"),
+    110: _x("Security fault error", "GPU firmware or hardware", "RESET_GPU"),
+    119: _x("GSP RPC timeout", "GPU System Processor firmware did not answer", "RESET_GPU"),
+    120: _x("GSP error", "GPU System Processor firmware", "RESET_GPU"),
+    136: _x("NVLink training failed (ALI)", "NVLink links or hardware", "RESET_GPU"),
+    140: _x("Unrecoverable ECC error escape", "GPU memory", "RESET_GPU"),
+    143: _x("GPU initialisation error", "GPU firmware or hardware", "RESET_GPU"),
+    144: _x("NVLink SAW error", "NVLink 5 links or hardware", "RESET_GPU", _NVLINK5),
+    145: _x("NVLink RLW error", "NVLink 5 links or hardware", "RESET_GPU", _NVLINK5),
+    146: _x("NVLink TLW error", "NVLink 5 links or hardware", "RESET_GPU", _NVLINK5),
+    147: _x("NVLink TREX error", "NVLink 5 links or hardware", "RESET_GPU", _NVLINK5),
+    148: _x("NVLink NVLPW control error", "NVLink 5 links or hardware", "RESET_GPU", _NVLINK5),
+    149: _x("NVLink NETIR error", "NVLink 5 links or hardware", "RESET_GPU", _NVLINK5),
+    150: _x("NVLink MSE error", "NVLink 5 links or hardware", "RESET_GPU", _NVLINK5),
+    # The action is in its own message ("GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"):
+    # XID_RECOVERY_ACTIONS below; RESET_GPU when the message names none.
+    154: _x("GPU recovery action changed", "the driver names the recovery it needs (reset, reboot)", "RESET_GPU",
+            _CSV_WORKFLOW % ("\"Follow guidance as it aapplies to another Xid\"", "the action its message names")),
+    155: _x("NVLink software-defined error", "NVLink", "RESET_GPU"),
+    156: _x("Resource retirement event", "GPU hardware (a reset activates the retirement)", "RESET_GPU"),
+    157: _x("Resource retirement failure", "GPU hardware", "IGNORE"),
+    158: _x("GPU fatal timeout", "GPU firmware or hardware", "RESET_GPU"),
+    160: _x("Channel retirement event", "GPU hardware", "RESTART_BM"),
+    161: _x("Channel retirement failure", "GPU hardware", "IGNORE"),
 }
+# Xid 154's recovery action by its number: NVML's nvmlDeviceGpuRecoveryAction_t (NVIDIA's "Error Recovery and
+# Response Flags": 0 None, 1 GPU Reset, 2 Node Reboot, 3 Drain P2P, 4 Drain and Reset). Drain P2P asks to stop
+# the GPU's peer-to-peer processes first: for a serving host that is the reset's own first step.
+XID_RECOVERY_ACTIONS = {0: "IGNORE", 1: "RESET_GPU", 2: "RESTART_BM", 3: "RESET_GPU", 4: "RESET_GPU"}
 XID_ACTIONS = {
-    "IGNORE": "nothing on its own (it follows another Xid)",
+    "IGNORE": "nothing: report it (informational, or it follows another Xid that carries the action)",
     "RESTART_APP": "restart the application; if it recurs across different applications on the same GPU, "
                    "drain the GPU and run diagnostics (`dcgmi diag -r 2`)",
-    "WATCH": "keep serving; reset the GPU at the next maintenance window and watch the rate",
-    "RESET_GPU": "drain the GPU, reset it (`nvidia-smi -r -i <gpu>`) or reboot; RMA if it recurs",
-    "REBOOT": "drain the host and reboot it; check PCIe seating, power and thermals; RMA if it recurs",
+    "RESET_GPU": "drain the GPU, reset it (`nvidia-smi -r -i <gpu>`: no process may hold it) and start its work "
+                 "again; reboot the host when the reset fails; RMA if it recurs",
+    "RESTART_BM": "drain the host and reboot it (a bare-metal restart); check PCIe seating, power and thermals; RMA "
+                  "if it recurs",
+    "CONTACT_SUPPORT": "take the GPU out of service and contact NVIDIA support with `nvidia-bug-report.sh`'s log",
 }
-XID_SEVERITY = ("IGNORE", "RESTART_APP", "WATCH", "RESET_GPU", "REBOOT")
+# Mildest first. CONTACT_SUPPORT last: a restart does not settle what support must look at.
+XID_SEVERITY = ("IGNORE", "RESTART_APP", "RESET_GPU", "RESTART_BM", "CONTACT_SUPPORT")
+# What the reports say of an Xid the table lacks: the catalogue's word for an Xid it does not expect.
+XID_UNKNOWN_ACTION = "CONTACT_SUPPORT"
 # NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: ...     (no name= on older drivers)
 # NVRM: Xid (0000:03:00): 13, ...                                  (old drivers, no PCI: prefix)
 XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?\):\s*(\d+)"

@@ -68,8 +68,9 @@ def _finding(entry, number, quote, kind=None):
 
 def _xid_finding(match, number, quote):
     pci, code = match.group(1), int(match.group(2))
-    description, cause, bucket = catalogue.XID_CATALOGUE.get(
-        code, ("Xid %d (not in gpuhost's table: see NVIDIA's Xid catalogue)" % code, "unknown", "WATCH"))
+    row = catalogue.XID_CATALOGUE.get(code)
+    description, cause, bucket = (row.description, row.cause, row.action) if row else (
+        "Xid %d (not in gpuhost's table: see NVIDIA's Xid catalogue)" % code, "unknown", catalogue.XID_UNKNOWN_ACTION)
     return {
         "layer": "hardware", "kind": "xid_%d" % code, "line": number, "quote": quote.strip()[:MAX_QUOTE],
         "meaning": "Xid %d on the GPU at PCI %s: %s (usually %s)" % (code, pci, description, cause),

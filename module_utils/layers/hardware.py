@@ -6,11 +6,14 @@
 import re
 
 from ansible.module_utils.layers.base import _out, evidence, guarded, result
+from ansible.module_utils.diagnosis.error_catalogue import XID_SEVERITY
 from ansible.module_utils.layers.health import XID_ACTIONS, XID_CATALOGUE, parse_xids
 
-# Xids that mean the GPU itself is gone or broken (NVIDIA's catalogue: reset or reboot, RMA if it recurs);
-# the others (application faults, corrected ECC) stay with the health layer's Xid check.
-HARDWARE_XIDS = (48, 61, 62, 64, 74, 79, 95, 119, 120)
+# Xids that mean the GPU itself is gone or broken: those whose immediate action in the error table is beyond the
+# application (reset the GPU, restart the host, contact support); the others (application faults, corrected ECC)
+# stay with the health layer's Xid check.
+HARDWARE_XIDS = tuple(sorted(code for code, row in XID_CATALOGUE.items()
+                             if row.action in ("RESET_GPU", "RESTART_BM", "CONTACT_SUPPORT")))
 # "... for GPU0000:CB:00.0: Unknown Error" (older), "... for GPU1: 0000:34:00.0: Unknown Error" (610).
 _LOST = re.compile(r"Unable to determine the device handle for GPU\s*(?:\d+:\s*)?"
                    r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?:\s*([^\n]*?)\.?\s*(?:\n|$)", re.I)
@@ -49,7 +52,7 @@ def check_hardware(facts, xid_events=(), smi_text=""):
             bad.append("%s fell off the bus (%s)" % (label, "Xid 79" if 79 in codes else lost[bus] or "GPU is lost"))
         elif hard:
             entry["state"] = "faulty"
-            bad.append("%s: %s" % (label, "; ".join("Xid %d %s" % (c, XID_CATALOGUE[c][0]) for c in hard)))
+            bad.append("%s: %s" % (label, "; ".join("Xid %d %s" % (c, XID_CATALOGUE[c].description) for c in hard)))
         elif fact.get("mig_mode") is True:
             entry["state"] = "mig"
             warned.append("%s has MIG mode on: a container given the whole GPU gets no usable device; give "
@@ -66,7 +69,14 @@ def check_hardware(facts, xid_events=(), smi_text=""):
     ev = evidence("lspci; nvidia-smi; kernel log Xids", lines)
     tail = "; healthy: %s" % ", ".join(healthy) if healthy else ""
     if bad:
-        worst = "REBOOT" if any(g["state"] == "lost" for g in gpus) else "RESET_GPU"
+        # A lost GPU needs the host restarted; a faulty one the most severe action of its hardware Xids.
+        actions = []
+        for g in gpus:
+            if g["state"] == "lost":
+                actions.append("RESTART_BM")
+            elif g["state"] == "faulty":
+                actions.extend(XID_CATALOGUE[c].action for c in g["xids"] if c in HARDWARE_XIDS)
+        worst = max(actions, key=XID_SEVERITY.index)
         return result("hardware", "hardware", "fail", "; ".join(bad) + tail,
                       remedy="%s: %s" % (", ".join("GPU %s" % g["index"] for g in gpus
                                                    if g["state"] in ("lost", "faulty")), XID_ACTIONS[worst]),

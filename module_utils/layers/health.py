@@ -4,12 +4,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Layer `health`: GPU memory held by processes that are gone, active throttle reasons, Xid errors since boot, and
 compute modes that keep processes off a GPU."""
-import re
-
 from ansible.module_utils.diagnosis import error_catalogue as catalogue
 from ansible.module_utils.gpu.compute_mode import DEFAULT, context_blocked, mps_served, processes_by_gpu
+from ansible.module_utils.gpu.xid_policy import xid_events
 from ansible.module_utils.layers.base import (
-    MAX_EVIDENCE_LINES, _cmd, _grep, _kernel_log_unread, _lines, evidence, guarded, result)
+    MAX_EVIDENCE_LINES, _cmd, _grep, _kernel_log_unread, evidence, guarded, result)
 from ansible.module_utils.layers.container import inspected_containers
 
 # Idle GPUs always report gpu_idle; it is not throttling.
@@ -88,39 +87,19 @@ def check_throttle(facts, captures, benign=BENIGN_CLOCK_REASONS):
 XID_CATALOGUE = catalogue.XID_CATALOGUE
 XID_ACTIONS = catalogue.XID_ACTIONS
 _XID_SEVERITY = catalogue.XID_SEVERITY
-_XID = catalogue.XID
 
 
 def parse_xids(text):
     """Xid events from a kernel log (`dmesg`, `journalctl -k`): [{code, pci, pid, name, message, line}]."""
-    events = []
-    for line in _lines(text):
-        match = _XID.search(line)
-        if not match:
-            continue
-        rest = match.group(3) or ""
-        pid = re.match(r"^pid=('?<?[^,]*>?'?)(?:,\s*|$)", rest)
-        pid_value = None
-        if pid:
-            rest = rest[pid.end():]
-            raw = pid.group(1).strip("'")
-            pid_value = int(raw) if raw.isdigit() else None
-        name = re.match(r"^name=([^,]*)(?:,\s*|$)", rest)
-        name_value = None
-        if name:
-            rest = rest[name.end():]
-            name_value = None if name.group(1).strip() in ("<unknown>", "") else name.group(1).strip()
-        events.append({"code": int(match.group(2)), "pci": match.group(1).lower(), "pid": pid_value,
-                       "name": name_value, "message": rest.strip(), "line": line.strip()})
-    return events
+    return [dict((k, e[k]) for k in ("code", "pci", "pid", "name", "message", "line")) for e in xid_events(text)]
 
 
 def describe_xid(code):
     entry = XID_CATALOGUE.get(code)
     if not entry:
         return {"code": code, "description": "not in gpuhost's table", "cause": "see NVIDIA's Xid catalogue",
-                "action": "RESET_GPU"}
-    return {"code": code, "description": entry[0], "cause": entry[1], "action": entry[2]}
+                "action": catalogue.XID_UNKNOWN_ACTION}
+    return {"code": code, "description": entry.description, "cause": entry.cause, "action": entry.action}
 
 
 def check_xid(cap, command="dmesg"):

@@ -180,7 +180,7 @@ def test_xid_lines_name_the_gpu_and_nvidias_meaning():
                      ("xid_79", "0000:2b:00"), ("xid_13", "0000:17:00")]
     fallen = result["findings"][0]
     assert fallen["layer"] == "hardware" and "fallen off the bus" in fallen["meaning"]
-    assert fallen["fix"] == catalogue.XID_ACTIONS["REBOOT"]
+    assert fallen["fix"] == catalogue.XID_ACTIONS["RESTART_BM"]
     for code in (13, 31, 43, 45, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 154):
         assert code in catalogue.XID_CATALOGUE
     # A lower layer explains a higher one: the Xid comes first.

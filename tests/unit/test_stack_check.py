@@ -458,7 +458,7 @@ def test_xid_check_names_the_worst_and_its_meaning():
     assert check["status"] == "fail" and check["layer"] == "health"
     codes = dict((x["code"], x) for x in check["data"]["xids"])
     assert codes[79]["count"] == 2 and codes[79]["description"] == "GPU has fallen off the bus"
-    assert codes[63]["action"] == "WATCH" and codes[13]["action"] == "RESTART_APP"
+    assert codes[63]["action"] == "IGNORE" and codes[13]["action"] == "RESTART_APP"
     assert check["remedy"].startswith("Xid 79") and "reboot" in check["remedy"]
     assert len(check["evidence"]["lines"]) == 5
 
