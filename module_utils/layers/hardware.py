@@ -7,6 +7,7 @@ import re
 
 from ansible.module_utils.layers.base import _out, evidence, guarded, result
 from ansible.module_utils.diagnosis.error_catalogue import XID_SEVERITY
+from ansible.module_utils.gpu.xid_policy import bus_key
 from ansible.module_utils.layers.health import XID_ACTIONS, XID_CATALOGUE, parse_xids
 
 # Xids that mean the GPU itself is gone or broken: those whose immediate action in the error table is beyond the
@@ -19,23 +20,17 @@ _LOST = re.compile(r"Unable to determine the device handle for GPU\s*(?:\d+:\s*)
                    r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?:\s*([^\n]*?)\.?\s*(?:\n|$)", re.I)
 
 
-def _bus(address):
-    """'00000000:2B:00.0', '0000:2b:00', '2b:00.0' -> '2b:00' (bus:device) for matching."""
-    parts = (address or "").lower().split(":")
-    return ":".join(p.split(".")[0] for p in parts[-2:]) if len(parts) >= 2 else (address or "").lower()
-
-
 def check_hardware(facts, xid_events=(), smi_text=""):
     """Each GPU on the bus (index by PCI order, UUID where nvidia-smi still sees it, bus id): lost
     (Xid 79, 'GPU is lost'), broken (a hardware Xid: reset or reboot) or healthy, and MIG mode."""
-    pci = sorted(facts.get("pci_devices") or [], key=lambda d: _bus(d.get("pci_address")))
-    smi = dict((_bus(g.get("pci_bus_id")), g) for g in facts.get("gpus") or [] if g.get("pci_bus_id"))
-    lost = dict((_bus(m.group(1)), m.group(2)) for m in _LOST.finditer(smi_text or ""))
+    pci = sorted(facts.get("pci_devices") or [], key=lambda d: bus_key(d.get("pci_address")))
+    smi = dict((bus_key(g.get("pci_bus_id")), g) for g in facts.get("gpus") or [] if g.get("pci_bus_id"))
+    lost = dict((bus_key(m.group(1)), m.group(2)) for m in _LOST.finditer(smi_text or ""))
     xids = {}
     for event in xid_events or []:
-        xids.setdefault(_bus(event["pci"]), []).append(event["code"])
-    buses = [_bus(d.get("pci_address")) for d in pci] or sorted(smi)
-    addresses = dict((_bus(d.get("pci_address")), d.get("pci_address")) for d in pci)
+        xids.setdefault(bus_key(event["pci"]), []).append(event["code"])
+    buses = [bus_key(d.get("pci_address")) for d in pci] or sorted(smi)
+    addresses = dict((bus_key(d.get("pci_address")), d.get("pci_address")) for d in pci)
     for bus in sorted(set(lost) | set(xids)):
         if bus not in buses:
             buses.append(bus)
