@@ -28,8 +28,8 @@ from ansible.module_utils.driver.debian_version import compare_versions, newest_
 from ansible.module_utils.driver.driver_packages import (
     dkms_packages_to_remove, installed_driver, kernel_flavour, parse_apt_show, replaced_pinning_packages,
     signed_flavours, signed_module_versions, top_packages, ubuntu_variant)
-from ansible.module_utils.driver.driver_request import (
-    DriverChoiceError, check_branch, fabric_manager_packages, precheck)
+from ansible.module_utils.driver.driver_request import DriverChoiceError, check_branch, precheck
+from ansible.module_utils.driver.fabric_manager import fabric_packages
 from ansible.module_utils.driver.secure_boot import signed_modules_metapackage
 from ansible.module_utils.gpu.host_parse import driver_branch
 
@@ -70,7 +70,8 @@ def plan(request, gpus, query):
     if signed:
         request = dict(request, **resolve_kernel_flavour(request, query))
     packages = top_packages(request, branch, modules)
-    fabric = fabric_manager_packages(branch, pre["fabric_need"], request["style"]) if pre["fabric_services"] else {}
+    # The style's refusal was precheck's; the pinned ones go at exactly the driver's version.
+    fabric = fabric_packages(pre["fabric_need"], request["style"], branch) if pre["fabric_services"] else {}
     fabric_names = (fabric.get("pinned") or []) + (fabric.get("unpinned") or [])
     packages += [name for name in fabric_names if name not in packages]
     main = packages[0]

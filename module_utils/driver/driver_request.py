@@ -14,7 +14,7 @@ Pure stdlib, no Ansible imports; the GPUs come in as the PCI devices of nvidia_g
 """
 import re
 
-from ansible.module_utils.driver.fabric_manager import fabric_need, fabric_packages, style_refusal
+from ansible.module_utils.driver.fabric_manager import fabric_need, style_refusal
 from ansible.module_utils.gpu.gpu_arch import lookup as arch_lookup
 from ansible.module_utils.gpu.host_parse import driver_branch
 
@@ -210,13 +210,6 @@ def fabric_choice(request, gpus):
                                            "IMEX service" if need["imex"] else "fabric manager"))
     return {"fabric_manager": need["fabric_manager"], "fabric_need": need["need"],
             "fabric_services": need["services"], "fabric_manager_reason": need["reason"]}
-
-
-def fabric_manager_packages(branch, need="fabric_manager", style="ubuntu"):
-    """{pinned, unpinned} package names of a fabric need for a branch in a package style
-    (fabric_manager.fabric_packages): pinned ones at exactly the driver's version."""
-    names = fabric_packages(need, style, branch)
-    return {"pinned": names["pinned"], "unpinned": names["unpinned"]}
 
 
 def precheck(request, gpus):
