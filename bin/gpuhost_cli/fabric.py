@@ -49,8 +49,8 @@ def packages(need, version):
     out = {}
     for style, title in (("nvidia", "NVIDIA's CUDA repository"), ("ubuntu", "Ubuntu's archive"),
                          ("debian", "Debian's archive")):
-        names = fabric_manager.fabric_packages(need, style, branch)
-        out[title] = names["refusal"] or (["%s=%s-*" % (n, version) for n in names["pinned"]] + names["unpinned"])
+        specs, refusal = fabric_manager.install_specs(need, style, version)
+        out[title] = refusal or specs
     return out
 
 

@@ -9,6 +9,7 @@ imports, no host access.
         -> {need, reason, needed, fabric_manager, nvlsm, imex, services, nvswitches}
            need: fabric_manager | fabric_manager+nvlsm | imex | none
     fabric_packages(need, style, branch)  -> {pinned, unpinned, refusal}
+    install_specs(need, style, version)   -> (apt specs at the driver's version, refusal)
     style_refusal(need, style)            why a package style cannot serve that need (or None)
     nvswitches(lspci_text)                the NVSwitch functions in `lspci -nn`
 
@@ -27,7 +28,7 @@ READMEs name the captures):
 import re
 
 from ansible.module_utils.gpu.gpu_arch import lookup as arch_lookup
-from ansible.module_utils.gpu.host_parse import parse_lspci
+from ansible.module_utils.gpu.host_parse import driver_branch, parse_lspci
 
 NVSWITCH_PCI_IDS = {"10de:1af1": "NVSwitch gen2 (HGX A100)", "10de:22a3": "NVSwitch gen3 (HGX H100/H200)"}
 FABRIC_MANAGER_SERVICE = "nvidia-fabricmanager"
@@ -192,3 +193,12 @@ def fabric_packages(need, style, branch):
     if need == "fabric_manager+nvlsm":
         result["unpinned"] = list(NVLINK5_PACKAGES)
     return result
+
+
+def install_specs(need, style, version):
+    """(apt specs, refusal) of a fabric need in a package style for a driver version: the pinned packages at exactly
+    that version (`name=<version>-*`), the others by name; ([], refusal) where the style cannot serve the need."""
+    names = fabric_packages(need, style, driver_branch(version))
+    if names["refusal"]:
+        return [], names["refusal"]
+    return ["%s=%s-*" % (n, version) for n in names["pinned"]] + names["unpinned"], None

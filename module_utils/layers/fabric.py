@@ -10,7 +10,7 @@ import re
 from ansible.module_utils.gpu.host_parse import driver_branch
 from ansible.module_utils.driver.debian_version import upstream_version
 from ansible.module_utils.driver.fabric_manager import (
-    FABRIC_MANAGER_SERVICE, IMEX_SERVICE, NVLINK5_PREREQUISITES, fabric_packages)
+    FABRIC_MANAGER_SERVICE, IMEX_SERVICE, NVLINK5_PREREQUISITES, install_specs)
 from ansible.module_utils.host import dpkg
 from ansible.module_utils.layers.generic import basics
 from ansible.module_utils.layers.base import evidence, guarded, result
@@ -27,9 +27,8 @@ def _install_remedy(need, version, what="install"):
         return "%s the %s at the driver's version" % (what, "IMEX service" if need == "imex" else "fabric manager")
     lines = []
     for style, title in (("ubuntu", "Ubuntu's archive"), ("nvidia", "NVIDIA's CUDA repository")):
-        names = fabric_packages(need, style, branch)
-        if not names["refusal"]:
-            specs = ["%s=%s-*" % (n, version) for n in names["pinned"]] + names["unpinned"]
+        specs, refusal = install_specs(need, style, version)
+        if not refusal:
             lines.append("`apt-get install %s` (%s)" % (" ".join(specs), title))
     service = IMEX_SERVICE if need == "imex" else FABRIC_MANAGER_SERVICE
     return "%s it at the driver's version: %s, hold it with the driver, then `systemctl enable --now %s`" % (
