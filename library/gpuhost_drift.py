@@ -79,6 +79,14 @@ repairable:
   returned: always
   type: list
   elements: str
+repair_roles:
+  description:
+    - The roles a drift run repairs the host with (playbooks/tasks/drift-repair.yml), in site.yml's order; those of
+      the layers with a repairable finding, and no other.
+  returned: always
+  type: list
+  elements: str
+  sample: [nvidia_container_toolkit, nvidia_cdi]
 manual:
   description: Findings that need an operator (or a reboot that is not allowed).
   returned: always

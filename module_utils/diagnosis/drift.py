@@ -11,7 +11,7 @@ recorded serving containers. Output: per layer, what drifted and whether a drift
 
 # DPKG_FORMAT: the modules import it from here.
 from ansible.module_utils.host.dpkg import FORMAT as DPKG_FORMAT, parse as parse_dpkg  # pylint: disable=unused-import
-from ansible.module_utils.layers.registry import DRIFT_LAYERS as LAYERS
+from ansible.module_utils.layers.registry import DRIFT_LAYERS as LAYERS, get as registry_layer, repair_roles as all_repair_roles
 
 # How a drift run may deal with a finding: `auto` through the roles' own tasks and handlers (runtime
 # configure, CDI regenerate, docker restart, serving restart), `reboot` only where reboots are allowed,
@@ -177,6 +177,15 @@ def serving_findings(record, stack, dpkg, allow_reboot, serving):
     return out
 
 
+def repair_roles(layers):
+    """The roles a drift run repairs these layers with, in site.yml's order: the drifted layers' own and no
+    other, so that a repair changes what drifted and leaves the rest of the host alone. A change travels up
+    through the handler chain (a driver change: runtime configure, CDI regenerate, docker and serving
+    restarts), and the check after the repair finds any layer it left behind."""
+    wanted = set(role for name in layers for role in registry_layer(name).repair)
+    return [role for role in all_repair_roles() if role in wanted]
+
+
 def compare(record, stack, dpkg, serving=None, allow_reboot=False):
     """Per-layer drift: {layer: {"state": "ok"|"drift", "findings": [...]}} plus totals."""
     record = record or {}
@@ -192,6 +201,8 @@ def compare(record, stack, dpkg, serving=None, allow_reboot=False):
         "layers": result,
         "drifted": bool(all_findings),
         "repairable": [f["code"] for f in all_findings if f["repair"] in (AUTO, REBOOT)],
+        "repair_roles": repair_roles([layer for layer in LAYERS
+                                      if any(f["repair"] in (AUTO, REBOOT) for f in layers[layer])]),
         "manual": [f["message"] for f in all_findings if f["repair"] == MANUAL],
         "recorded_driver_version": (record.get("driver") or {}).get("version"),
         "loaded_driver_version": stack.get("driver_version"),

@@ -130,9 +130,10 @@ REGISTRY = (
            repair=("nvidia_container_toolkit", "nvidia_cdi"), catalogue=("image", "container")),
     # The serving containers: every recorded or labelled one is running (serving_running); drift compares them
     # with the record (running, healthy); the stack check's serving_gpus (in the container layer) looks inside
-    # the running ones.
+    # the running ones. A container that lost its GPUs to a systemd reload keeps them after its restart only
+    # with the /dev/char links the toolkit role makes: drift repairs the layer with both roles.
     _layer("serving", "vLLM serving", required=False, roles=("vllm",), tags=("vllm",), checks=("serving_running",), drift=True,
-           repair=("vllm",), catalogue=("vllm_config", "vllm_memory")),
+           repair=("nvidia_container_toolkit", "vllm"), catalogue=("vllm_config", "vllm_memory")),
     _layer("health", "GPU health", required=False, checks=("zombies", "throttle", "xid", "compute_mode")),
 )
 

@@ -132,3 +132,25 @@ def test_a_next_boot_without_a_module_is_driver_drift_and_holds_the_reboot():
     # the same without the stranded kernel is a reboot the run may do
     out = compare(RECORD, stack(), dpkg, {"vllm-a": {"running": True}}, allow_reboot=True)
     assert "reboot_pending" in out["repairable"]
+
+
+def test_a_repair_runs_the_roles_of_the_drifted_layers_only():
+    # A CDI spec deleted: the CDI role, nothing below it and no serving restart.
+    only_cdi = compare(RECORD, stack(failing=("cdi",), cdi_status="fail"), HELD, {"vllm-a": {"running": True}})
+    assert only_cdi["repair_roles"] == ["nvidia_cdi"]
+    # The driver upgraded behind our back: the driver role (its handlers restart what it must), the runtime and the
+    # spec recorded for the old driver, the containers that fail meanwhile; in site.yml's order.
+    dpkg = {"nvidia-driver-580-server-open": dict(HELD["nvidia-driver-580-server-open"], version="580.105.08-0ubuntu0.24.04.1")}
+    upgraded = compare(dict(RECORD, runtime={"driver_version": "580.95.05"}),
+                       stack(loaded="580.105.08", failing=("container",)), dpkg, {"vllm-a": {"running": True}})
+    assert upgraded["repair_roles"] == ["nvidia_driver", "nvidia_container_toolkit", "nvidia_cdi"]
+    # docker stopped and the serving container with it.
+    down = compare(RECORD, stack(failing=("docker",)), HELD, {"vllm-a": {"running": False, "status": "exited"}})
+    assert down["repair_roles"] == ["docker", "nvidia_container_toolkit", "vllm"]
+
+
+def test_a_host_with_only_manual_drift_runs_no_role():
+    dpkg = {"nvidia-driver-580-server-open": dict(HELD["nvidia-driver-580-server-open"], version="580.105.08-0ubuntu0.24.04.1")}
+    pending = compare(RECORD, stack(loaded="580.95.05", gpu_state="version_mismatch"), dpkg, {"vllm-a": {"running": True}})
+    assert pending["drifted"] and pending["repairable"] == []
+    assert pending["repair_roles"] == []
