@@ -166,8 +166,9 @@ ENTRIES = (
        "/var/log/fabricmanager.log; its version must equal the driver's", "playbooks/diagnose.yml",
        gate=("fabricmanager",)),
     # apt: the version the pin names is not in the archive (corpus host/010: from R580 NVIDIA's
-    # repository ships an unversioned nvidia-fabricmanager; nvidia-fabricmanager-580 is virtual).
-    _e("package_version_not_found", "driver", r"^E: Version '[^']+' for '[^']+' was not found",
+    # repository ships an unversioned nvidia-fabricmanager; nvidia-fabricmanager-580 is virtual). Not only at
+    # the line's start: a Markdown quote joins apt's lines into one (tests/fixtures/errors/phrasings/).
+    _e("package_version_not_found", "driver", r"(?:^|\s)E: Version '[^']+' for '[^']+' was not found",
        "apt has no such version of the package in the configured archives (a pin or version lock names a "
        "version the repository does not carry, or a virtual package name)",
        "`apt-cache policy <package>` lists the versions there are; from R580 NVIDIA's repository names the "
@@ -262,12 +263,17 @@ ENTRIES = (
        "read `nvidia-smi -q -d COMPUTE` (Compute Mode) and `nvidia-smi --query-gpu=mig.mode.current "
        "--format=csv`; `nvidia-smi -c DEFAULT` restores shared compute; MIG needs GPU instances", REPAIR_DRIVER,
        scopes={"cuda": "busy"}, gate=("busy or unavailable",)),
-    _e("cuda_initialization_error", "driver", r"error code initialization error\)|cudaErrorInitializationError",
+    # The same error 3 as the driver API names it (ffmpeg's cuInit), as ollama and NGC images' start banner
+    # print it (tests/fixtures/errors/phrasings/).
+    _e("cuda_initialization_error", "driver", r"error code initialization error\)|cudaErrorInitializationError|"
+       r"CUDA_ERROR_NOT_INITIALIZED|cuda driver library init failure: 3\b|"
+       r"CUDA failed to initialize[^\n]*\(error 3\)",
        "the CUDA driver failed to initialise the GPU (open kernel modules on a GPU that needs the proprietary "
        "ones, a driver too old or too new for the GPU, a GPU that failed to initialise)",
        "read `journalctl -k -b | grep -iE 'nvrm|xid'`; check the kernel module flavour (open from Turing on, "
        "required from Blackwell) and the branch against the GPU", REPAIR_DRIVER,
-       scopes={"cuda": "initialization_error"}, gate=("initialization error",)),
+       scopes={"cuda": "initialization_error"},
+       gate=("initialization error", "not_initialized", "init failure", "failed to initialize")),
     # deviceQuery's "cudaGetDeviceCount returned 999" / "-> unknown error" (NVIDIA/cuda-samples#13), as 802 above.
     _e("cuda_unknown_error", "driver", r"error code unknown error\)|cudaErrorUnknown|\bcode=(?:30|999)\b|"
        r"cuda\w+ returned 999\b",
@@ -288,8 +294,11 @@ ENTRIES = (
        "fix the driver layer first: nvidia-smi on the host must work", REPAIR_DRIVER,
        scopes={"container": "driver"}),
     # runc names the mount first and ends with the same "no such file or directory: unknown" as a
-    # missing executable: a mount source gone (a CDI spec of an older driver) is not the image's fault.
-    _e("driver_files_mount_failed", "cdi", r"error mounting",
+    # missing executable: a mount source gone (a CDI spec of an older driver) is not the image's fault. Later
+    # runc says "failed to fulfil mount request", crun "cannot stat `<file>`" or "error stat'ing file <file>"
+    # (tests/fixtures/errors/phrasings/).
+    _e("driver_files_mount_failed", "cdi", r"error mounting|failed to fulfil mount request|"
+       r"crun: (?:cannot stat|error stat'ing file) ",
        "the container could not mount the driver's files: the CDI spec or the runtime's configuration names "
        "files of another driver version", "regenerate the CDI spec for the loaded driver, re-run `nvidia-ctk "
        "runtime configure --runtime=docker`, restart docker", REPAIR_CDI, scopes={"container": "mount"}),
