@@ -86,6 +86,24 @@ def test_drift_repairs_through_the_registry_roles_in_order():
     assert roles[-1] == registry.VALIDATE_ROLE   # the check after the repair
 
 
+
+def test_every_repairable_layer_has_a_row_in_a_drift_matrix():
+    """Each layer drift repairs is proven through the playbooks an operator runs: its canonical fault is a row
+    of some scenario's drift matrix (molecule/shared/drift-matrix.yml, imported with drift_matrix)."""
+    rows = []
+    for path in glob.glob(os.path.join(ROOT, "molecule", "*", "*.yml")):
+        with open(path, encoding="utf-8") as handle:
+            plays = yaml.safe_load(handle)
+        for play in plays if isinstance(plays, list) else []:
+            if str(play.get("ansible.builtin.import_playbook", "")).endswith("shared/drift-matrix.yml"):
+                rows += [row for matrix_round in play["vars"]["drift_matrix"] for row in matrix_round]
+    assert {row["layer"] for row in rows} == set(registry.DRIFT_LAYERS)
+    with open(drift.__file__, encoding="utf-8") as handle:
+        codes = set(re.findall(r'(?:finding\(|_layer_failed\(stack, "[a-z_]+", )"([a-z_]+)"', handle.read()))
+    for row in rows:
+        assert row["code"] in codes and row["inject"] and row["host"], row
+
+
 def test_drift_compares_every_registry_drift_layer():
     assert drift.LAYERS == registry.DRIFT_LAYERS
     for layer in registry.DRIFT_LAYERS:
