@@ -147,7 +147,7 @@ fixes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.containers.cuda_requirement import CudaRequirementError, check, gpu_classes
+from ansible.module_utils.containers.cuda_requirement import CudaRequirementError, check, gpu_classes, summary
 
 
 def main():
@@ -178,8 +178,7 @@ def main():
     except CudaRequirementError as exc:
         module.fail_json(msg="image layer: %s: %s" % (p["image"], exc))
     if result["verdict"] == "refused":
-        fixes = "; ".join("fix: %s" % fix for fix in result["fixes"])
-        module.fail_json(msg="%s. %s" % (result["message"], fixes), **result)
+        module.fail_json(msg=summary(result), **result)
     warnings = [result["message"]] if result["verdict"] in ("forward_compat", "skipped", "unknown") else []
     module.exit_json(changed=False, warnings=warnings, **result)
 

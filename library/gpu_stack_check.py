@@ -305,6 +305,18 @@ gpus_path:
   returned: always
   type: dict
   sample: {path: legacy, predicted: legacy, reason: "NVIDIA_VISIBLE_DEVICES=all: ..."}
+images:
+  description:
+    - The check image's, the CUDA probe's and each serving container's CUDA requirement judged against the
+      driver and the host's GPUs (cuda_image_check's result for each image the host has, in that order, with
+      C(summary)); empty when the container check is off or docker is not running.
+    - C(verdict) C(refused) is an image the driver cannot run (CUDA error 804 on a GeForce through forward
+      compatibility, or the toolkit's "unsatisfied condition"); C(forward_compat), C(unknown), C(skipped) warn.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{image: "local/gpuhost-cuda-check:1", verdict: ok, image_cuda: "12.8", driver_cuda: "13.0",
+            message: "local/gpuhost-cuda-check:1 needs CUDA 12.8; ...", summary: "..."}]
 xids:
   description: Xid codes seen since boot, each with C(code), C(count), C(gpus), C(description), C(cause), C(action).
   returned: always

@@ -324,6 +324,36 @@ def gpu_classes(gpus):
 # The verdict
 
 
+def judge_images(images, facts):
+    """Each image's check() against the host's driver and every GPU of the host (the check containers and
+    gpu_validate's view of the serving ones get them all).
+
+    images: [(image reference, its Config.Env list)], each image the host has. facts: nvidia_gpu_facts'
+    facts (cuda_driver_version, driver_version_userspace, gpus). Returns check()'s results in the same
+    order, each with `summary` (see summary()). An image whose
+    requirement cannot be read is verdict unknown, naming why.
+    """
+    brands, datacenter = gpu_classes(facts.get("gpus"))
+    judged = []
+    for image, env in images:
+        try:
+            result = check(env or [], facts.get("cuda_driver_version"),
+                           driver_version=facts.get("driver_version_userspace"),
+                           gpu_brands=brands, datacenter=datacenter, image=image)
+        except CudaRequirementError as exc:
+            result = {"verdict": "unknown", "image": image, "message": "image layer: %s: %s" % (image, exc),
+                      "fixes": []}
+        result["summary"] = summary(result)
+        judged.append(result)
+    return judged
+
+
+def summary(result):
+    """check()'s message, and for a refused image its fixes: what a refusal says to the operator."""
+    fixes = result.get("fixes") if result.get("verdict") == "refused" else None
+    return ". ".join([result["message"]] + (["; ".join("fix: %s" % fix for fix in fixes)] if fixes else []))
+
+
 def check(env, driver_cuda, driver_version=None, gpu_brands=None, datacenter=None, image="image"):
     """Judge an image's CUDA requirement against the host driver.
 

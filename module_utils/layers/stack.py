@@ -9,6 +9,7 @@ Pure stdlib, no Ansible imports but module_utils. The module gpu_stack_check cap
 `io` object (host/runner.py HostIO); each layer's checks live in its own module (layers/<module>.py, the
 registry names it), each a pure function of the captures, unit-tested on real outputs.
 """
+import json
 import os
 import posixpath
 import shlex
@@ -16,6 +17,7 @@ import stat as stat_mod
 
 from ansible.module_utils.containers.cdi_spec import CDI_DIRS
 from ansible.module_utils.containers.containerd_config import runtime_binaries
+from ansible.module_utils.containers.cuda_requirement import judge_images
 from ansible.module_utils.containers.daemon_json import DaemonJsonError, parse as parse_daemon_json
 from ansible.module_utils.containers.dev_char import wanted_links as dev_char_links
 from ansible.module_utils.gpu.gpu_facts import build_facts, capture as capture_gpu
@@ -77,6 +79,7 @@ def evaluate(captures, options=None):
         "gpus_path": dict((k, gpus_path["data"].get(k)) for k in ("path", "reason", "predicted"))
         if gpus_path["status"] != "skipped" else None,
         "xids": ctx.check("xid")["data"].get("xids", []),
+        "images": judge_images(_image_envs(captures), facts),
     })
     return out
 
@@ -231,6 +234,11 @@ def capture(io, options=None):
         if names:
             caps["serving_inspect"] = _run(io, [docker, "inspect"] + names)
     if info and opts["container_check"]:
+        # Each check and serving image's environment (its NVIDIA_REQUIRE_*), judged against the driver in
+        # evaluate(): an image the driver cannot run is named before the container checks fail on it.
+        caps["image_env"] = dict(
+            (name, _run(io, [docker, "image", "inspect", "--format", "{{json .Config.Env}}", name]))
+            for name in _judged_images(opts, caps.get("serving_inspect")))
         # --pull never: a missing image is reported, never fetched (Docker 20.10+).
         base = [docker, "run", "--rm", "--pull", "never", "--network", "none"]
         caps["container_gpus"] = _run(io, base + ["--gpus", "all", opts["check_image"], "nvidia-smi", "-L"])
@@ -264,6 +272,30 @@ def capture(io, options=None):
     _capture_kernel_log(io, opts, caps)
     _capture_basics(io, opts, caps, info)
     return caps
+
+
+def _judged_images(opts, serving_inspect):
+    """The check image, the CUDA probe's and each serving container's image (as it was created), once each."""
+    names = [opts["check_image"], opts["cuda_probe_image"]]
+    try:
+        containers = json.loads((serving_inspect or {}).get("stdout") or "[]")
+    except ValueError:
+        containers = []
+    names += [(c.get("Config") or {}).get("Image") for c in containers if isinstance(c, dict)]
+    return [name for i, name in enumerate(names) if name and name not in names[:i]]
+
+
+def _image_envs(captures):
+    """[(image, Config.Env)] of the judged images the host has (an absent one is the container checks' to name)."""
+    found = []
+    for name, run in (captures.get("image_env") or {}).items():
+        if run.get("rc") == 0:
+            try:
+                env = json.loads(run.get("stdout") or "null")
+            except ValueError:
+                continue
+            found.append((name, env if isinstance(env, list) else []))
+    return found
 
 
 def _capture_toolkit(io, opts, caps):

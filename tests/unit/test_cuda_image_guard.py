@@ -6,6 +6,7 @@ NGC Server Ready SKUs of RTX cards, Jetson boards", CUDA Compatibility guide); o
 start with error 804. Real inputs only: NVIDIA_REQUIRE_CUDA values of NVIDIA's images
 (tests/fixtures/cuda_require, see its README) and nvidia-smi captures (tests/fixtures/nvidia_smi).
 """
+import json
 import os
 
 import pytest
@@ -147,8 +148,8 @@ def test_explicit_arguments_win_over_the_gpus():
 
 # Each caller's cuda_image_check tasks, by register: the vllm role judges an image before its pull (on the
 # configuration its registry gives) and, for images the host had or the registry could not tell about, after it.
-CALLERS = [("roles/vllm/tasks/image.yml", ("vllm_image_cuda_before_pull", "vllm_image_cuda")),
-           ("roles/gpu_validate/tasks/main.yml", ("gpu_validate_image_cuda",))]
+# gpu_validate's check (gpu_stack_check) judges the check and serving images itself, on the GPUs it reads.
+CALLERS = [("roles/vllm/tasks/image.yml", ("vllm_image_cuda_before_pull", "vllm_image_cuda"))]
 
 
 def cuda_check_tasks(path):
@@ -215,8 +216,66 @@ def test_vllm_role_judges_each_image_on_its_instances_gpus():
         assert [g["index"] for g in given] == [8] and cr.gpu_classes(given) == (["GeForce"], False)
 
 
-def test_gpu_validate_judges_on_every_gpu_and_without_facts_on_none():
-    (task,) = cuda_check_tasks("roles/gpu_validate/tasks/main.yml")
-    gpus = facts(H100_565)["gpus"]
-    assert render(task["cuda_image_check"]["gpus"], {"ansible_facts": {"nvidia": {"gpus": gpus}}}) == gpus
-    assert render(task["cuda_image_check"]["gpus"], {"ansible_facts": {"nvidia": {}}}) == []
+# --- gpu_stack_check judges the check and serving images on every GPU it reads -------------------
+
+SERVING_IMAGE = "vllm/vllm-openai:v0.9.0"
+
+
+def stack_host(smi_name, images):
+    """test_stack_check's fake host with another real nvidia-smi capture, one serving container and the images
+    the host has: {reference: Config.Env}."""
+    from test_stack_check import healthy_host
+    io = healthy_host()
+    io.commands[("/usr/bin/nvidia-smi", "-q", "-x")] = (0, load_smi(smi_name), "")
+    inspect = [("/usr/bin/docker", "image", "inspect", "--format", "{{json .Config.Env}}", name)
+               for name in ("img", "probe", SERVING_IMAGE)]
+    for key in inspect:
+        env = images.get(key[-1])
+        io.commands[key] = (0, json.dumps(env) + "\n", "") if env is not None else (
+            1, "", "Error response from daemon: No such image: %s\n" % key[-1])
+    io.commands[("/usr/bin/docker", "ps")] = (0, "vllm-a\n", "")
+    io.commands[("/usr/bin/docker", "inspect")] = (0, json.dumps([{
+        "Name": "/vllm-a", "Config": {"Image": SERVING_IMAGE, "Labels": {"gpuhost.layer": "vllm"}},
+        "State": {"Status": "running", "Running": True}}]), "")
+    # Prefix keys: the image inspections must match before ("/usr/bin/docker", "inspect") and "run".
+    io.commands = dict(sorted(io.commands.items(), key=lambda kv: -len(kv[0])))
+    return io
+
+
+def load_smi(name):
+    with open(os.path.join(FIXTURES, "nvidia_smi", name), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def judged(io):
+    from layers import stack_check as sc
+    opts = {"check_image": "img", "cuda_probe_image": "probe"}
+    out = sc.evaluate(sc.capture(io, opts), opts)
+    return dict((entry["image"], entry) for entry in out["images"])
+
+
+def test_stack_check_refuses_the_serving_image_on_a_geforce_and_names_the_fixes():
+    # The issue's case through the layer check: CUDA 12.8's image on the RTX 4090 with driver 535.
+    images = judged(stack_host(RTX4090_535, {"img": image_env(CUDA_12_4, "12.4.1"),
+                                             SERVING_IMAGE: image_env(CUDA_12_8, "12.8.1")}))
+    assert sorted(images) == ["img", SERVING_IMAGE]      # the probe image is not on the host: not judged
+    serving = images[SERVING_IMAGE]
+    assert serving["verdict"] == "refused" and (serving["gpu_brands"], serving["datacenter"]) == (["GeForce"], False)
+    assert serving["driver_version"] == "535.86.05" and serving["driver_cuda"] == "12.2"
+    assert serving["summary"].startswith(serving["message"] + ". fix: driver: install branch 570 or newer")
+    assert images["img"]["verdict"] == "refused" and "804" in images["img"]["message"]
+
+
+def test_stack_check_lets_a_datacenter_gpu_run_the_image_through_forward_compatibility():
+    images = judged(stack_host(A100_535, {"img": image_env(CUDA_12_4, "12.4.1"),
+                                          SERVING_IMAGE: image_env(CUDA_12_8, "12.8.1")}))
+    assert images[SERVING_IMAGE]["verdict"] == "forward_compat" and images[SERVING_IMAGE]["datacenter"] is True
+    assert images[SERVING_IMAGE]["summary"] == images[SERVING_IMAGE]["message"]   # fixes only for a refusal
+
+
+def test_stack_check_judges_nothing_without_the_container_check():
+    from layers import stack_check as sc
+    io = stack_host(RTX4090_535, {SERVING_IMAGE: image_env(CUDA_12_8, "12.8.1")})
+    opts = {"check_image": "img", "cuda_probe_image": "probe", "container_check": False}
+    assert sc.evaluate(sc.capture(io, opts), opts)["images"] == []
+    assert not [argv for argv in io.ran if argv[1:3] == ["image", "inspect"]]
