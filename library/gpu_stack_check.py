@@ -103,6 +103,13 @@ options:
     type: str
     choices: [auto, always, never]
     default: auto
+  gpus_path_container:
+    description:
+      - Run a second C(--gpus all) container (its process environment) to see which path C(--gpus) took (the
+        legacy hook or CDI). false predicts the path from C(docker info) and C(PATH) instead: one container
+        fewer (site.yml's fast path, which needs no path).
+    type: bool
+    default: true
   training:
     description:
       - "The host is declared for training (gpuhost_training): the C(container_limits) check (docker layer) runs one
@@ -344,6 +351,7 @@ ARGUMENT_SPEC = dict(
     cuda_probe_command=dict(type="list", elements="str", default=list(DEFAULT_CUDA_PROBE_COMMAND)),
     container_check=dict(type="bool", default=True),
     cdi_container_check=dict(type="str", choices=["auto", "always", "never"], default="auto"),
+    gpus_path_container=dict(type="bool", default=True),
     training=dict(type="bool", default=False),
     kernel_log_command=dict(type="raw", default="dmesg"),
     cdi_spec_path=dict(type="path", default="/etc/cdi/nvidia.yaml"),
@@ -372,6 +380,7 @@ def main():
         "cuda_probe_command": params["cuda_probe_command"],
         "container_check": params["container_check"],
         "cdi_container_check": params["cdi_container_check"],
+        "gpus_path_container": params["gpus_path_container"],
         "training": params["training"],
         "kernel_log_command": argv,
         "kernel_log_command_text": " ".join(argv),

@@ -91,6 +91,7 @@ DEFAULT_OPTIONS = {
     "cuda_probe_command": DEFAULT_CUDA_PROBE_COMMAND,
     "container_check": True,
     "cdi_container_check": "auto",
+    "gpus_path_container": True,
     "kernel_log_command": ["dmesg"],
     "kernel_log_command_text": "dmesg",
     "cdi_spec_path": DEFAULT_CDI_SPEC,
@@ -242,7 +243,7 @@ def capture(io, options=None):
         # --pull never: a missing image is reported, never fetched (Docker 20.10+).
         base = [docker, "run", "--rm", "--pull", "never", "--network", "none"]
         caps["container_gpus"] = _run(io, base + ["--gpus", "all", opts["check_image"], "nvidia-smi", "-L"])
-        if caps["container_gpus"].get("rc") == 0:
+        if caps["container_gpus"].get("rc") == 0 and opts["gpus_path_container"]:
             # The process environment shows which path --gpus took (NVIDIA_VISIBLE_DEVICES: void for CDI).
             caps["container_env"] = _run(io, base + ["--gpus", "all", "--entrypoint", "env", opts["check_image"]])
         if opts["cuda_probe_image"] and caps["container_gpus"].get("rc") == 0:
