@@ -106,7 +106,7 @@ options:
   gpus_path_container:
     description:
       - Run a second C(--gpus all) container (its process environment) to see which path C(--gpus) took (the
-        legacy hook or CDI). false predicts the path from C(docker info) and C(PATH) instead: one container
+        legacy hook or CDI). false predicts the path from C(docker info) and C(PATH) instead, one container
         fewer (site.yml's fast path, which needs no path).
     type: bool
     default: true
