@@ -103,6 +103,21 @@ options:
     type: str
     choices: [auto, always, never]
     default: auto
+  compare_record:
+    description:
+      - Compare the host with gpuhost's record too (what site.yml converged it to), as M(gpuhost_drift) does, in
+        the same call (drift.yml's check). The result's RV(drift). A record that is not JSON fails the task,
+        naming the fix; a host without one has nothing recorded to drift from.
+    type: bool
+    default: false
+  allow_reboot:
+    description: With I(compare_record), whether a pending reboot may be repaired (C(nvidia_driver_reboot=auto)).
+    type: bool
+    default: false
+  record_path:
+    description: gpuhost's record (the serving containers it deployed; with I(compare_record), the driver too).
+    type: path
+    default: /etc/ansible/facts.d/gpuhost.fact
   gpus_path_container:
     description:
       - Run a second C(--gpus all) container (its process environment) to see which path C(--gpus) took (the
@@ -312,6 +327,12 @@ gpus_path:
   returned: always
   type: dict
   sample: {path: legacy, predicted: legacy, reason: "NVIDIA_VISIBLE_DEVICES=all: ..."}
+drift:
+  description:
+    - With I(compare_record), M(gpuhost_drift)'s result (C(layers), C(drifted), C(repairable), C(repair_roles),
+      C(manual), C(recorded_driver_version), C(loaded_driver_version)) for this host's live stack.
+  returned: when compare_record
+  type: dict
 images:
   description:
     - The check image's, the CUDA probe's and each serving container's CUDA requirement judged against the
@@ -352,6 +373,9 @@ ARGUMENT_SPEC = dict(
     container_check=dict(type="bool", default=True),
     cdi_container_check=dict(type="str", choices=["auto", "always", "never"], default="auto"),
     gpus_path_container=dict(type="bool", default=True),
+    compare_record=dict(type="bool", default=False),
+    allow_reboot=dict(type="bool", default=False),
+    record_path=dict(type="path", default="/etc/ansible/facts.d/gpuhost.fact"),
     training=dict(type="bool", default=False),
     kernel_log_command=dict(type="raw", default="dmesg"),
     cdi_spec_path=dict(type="path", default="/etc/cdi/nvidia.yaml"),
@@ -381,6 +405,9 @@ def main():
         "container_check": params["container_check"],
         "cdi_container_check": params["cdi_container_check"],
         "gpus_path_container": params["gpus_path_container"],
+        "compare_record": params["compare_record"],
+        "allow_reboot": params["allow_reboot"],
+        "record_path": params["record_path"],
         "training": params["training"],
         "kernel_log_command": argv,
         "kernel_log_command_text": " ".join(argv),
@@ -397,6 +424,9 @@ def main():
     io = module_host_io(module)
     io.statvfs = os.statvfs   # free space where the layers write (the docker layer's data-root), read-only
     diagnosis = evaluate(capture(io, options), options)
+    if (diagnosis.get("drift") or {}).get("error"):
+        module.fail_json(msg=diagnosis["drift"]["error"], changed=False, **dict((k, v) for k, v in diagnosis.items()
+                                                                                if k != "drift"))
     if params["fail_on_required"] and diagnosis["failed_layer"]:
         module.fail_json(msg=diagnosis["message"], changed=False, **dict((k, v) for k, v in diagnosis.items()
                                                                          if k != "message"))

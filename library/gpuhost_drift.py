@@ -97,28 +97,8 @@ manual:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.runs.atomic_file import read_text
 from ansible.module_utils.host.runner import ModuleHostIO
-from ansible.module_utils.containers.daemon_json import DaemonJsonError, parse
-from ansible.module_utils.diagnosis.drift import DPKG_FORMAT, compare, parse_dpkg_status
-
-
-def dpkg_state(io, packages):
-    if not packages:
-        return {}
-    rc, out, err = io.run(["dpkg-query", "-W", "-f=" + DPKG_FORMAT] + list(packages))
-    # rc 1 only means some package is unknown; the known ones are still printed.
-    return parse_dpkg_status(out)
-
-
-def serving_state(io, docker, names):
-    state = {}
-    for name in names:
-        if not docker:
-            state[name] = {"running": False, "status": "no docker CLI"}
-            continue
-        rc, out, err = io.run([docker, "inspect", "-f", "{{.State.Status}}", name])
-        status = out.strip() if rc == 0 else "absent"
-        state[name] = {"running": status == "running", "status": status}
-    return state
+from ansible.module_utils.diagnosis.drift import (
+    compare, dpkg_state, read_record, recorded_instances, recorded_packages, serving_state)
 
 
 def main():
@@ -135,19 +115,15 @@ def main():
     record = module.params["record"]
     if record is None:
         try:
-            record = parse(read_text(module.params["record_path"]), module.params["record_path"])
-        except DaemonJsonError as exc:
-            module.fail_json(msg="gpuhost record: %s; run site.yml to write it again" % exc)
+            record, error = read_record(read_text(module.params["record_path"]), module.params["record_path"])
         except (IOError, OSError) as exc:
-            module.fail_json(msg="gpuhost record: cannot read %s: %s" % (module.params["record_path"], exc))
-    driver = record.get("driver") or {}
-    packages = driver.get("packages") or []
-    instances = (record.get("vllm") or {}).get("instances") or []
-    names = [i.get("name") if isinstance(i, dict) else i for i in instances]
+            error = "gpuhost record: cannot read %s: %s" % (module.params["record_path"], exc)
+        if error:
+            module.fail_json(msg=error)
     docker = module.params["docker_path"] or module.get_bin_path("docker")
     io = ModuleHostIO(module)
-    result = compare(record, module.params["stack"], dpkg_state(io, packages),
-                     serving_state(io, docker, names), module.params["allow_reboot"])
+    result = compare(record, module.params["stack"], dpkg_state(io, recorded_packages(record)),
+                     serving_state(io, docker, recorded_instances(record)), module.params["allow_reboot"])
     module.exit_json(changed=False, **result)
 
 

@@ -7,8 +7,10 @@
 Inputs: the host's record (`ansible_local.gpuhost`, written by the roles), the live stack
 (the result of gpu_stack_check), the dpkg state of the recorded driver packages and the state of the
 recorded serving containers. Output: per layer, what drifted and whether a drift run may repair it.
+Pure but for the two readers at the end (dpkg_state, serving_state), which take the host's io.
 """
 
+from ansible.module_utils.containers.daemon_json import DaemonJsonError, parse as parse_json_object
 # DPKG_FORMAT: the modules import it from here.
 from ansible.module_utils.host.dpkg import FORMAT as DPKG_FORMAT, parse as parse_dpkg  # pylint: disable=unused-import
 from ansible.module_utils.layers.registry import DRIFT_LAYERS as LAYERS, get as registry_layer, repair_roles as all_repair_roles
@@ -207,3 +209,43 @@ def compare(record, stack, dpkg, serving=None, allow_reboot=False):
         "recorded_driver_version": (record.get("driver") or {}).get("version"),
         "loaded_driver_version": stack.get("driver_version"),
     }
+
+
+def read_record(text, path):
+    """(the record, None) of the record file's text ({} where there is none yet), or (None, what is wrong and the
+    fix) where it is not a JSON object."""
+    try:
+        return parse_json_object(text, path), None
+    except DaemonJsonError as exc:
+        return None, "gpuhost record: %s; run site.yml to write it again" % exc
+
+
+def recorded_packages(record):
+    return (record.get("driver") or {}).get("packages") or []
+
+
+def recorded_instances(record):
+    instances = (record.get("vllm") or {}).get("instances") or []
+    return [i.get("name") if isinstance(i, dict) else i for i in instances]
+
+
+def dpkg_state(io, packages):
+    """The dpkg state of the recorded driver packages (io: the host's, runner.py)."""
+    if not packages:
+        return {}
+    _rc, out, _err = io.run(["dpkg-query", "-W", "-f=" + DPKG_FORMAT] + list(packages))
+    # rc 1 only means some package is unknown; the known ones are still printed.
+    return parse_dpkg_status(out)
+
+
+def serving_state(io, docker, names):
+    """{name: {running, status}} of the recorded serving containers, as docker inspects them."""
+    state = {}
+    for name in names:
+        if not docker:
+            state[name] = {"running": False, "status": "no docker CLI"}
+            continue
+        rc, out, _err = io.run([docker, "inspect", "-f", "{{.State.Status}}", name])
+        status = out.strip() if rc == 0 else "absent"
+        state[name] = {"running": status == "running", "status": status}
+    return state

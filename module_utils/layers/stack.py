@@ -20,6 +20,7 @@ from ansible.module_utils.containers.containerd_config import runtime_binaries
 from ansible.module_utils.containers.cuda_requirement import judge_images
 from ansible.module_utils.containers.daemon_json import DaemonJsonError, parse as parse_daemon_json
 from ansible.module_utils.containers.dev_char import wanted_links as dev_char_links
+from ansible.module_utils.diagnosis import drift
 from ansible.module_utils.gpu.gpu_facts import build_facts, capture as capture_gpu
 from ansible.module_utils.driver.secure_boot import boot_facts, capture as capture_boot
 from ansible.module_utils.gpu.compute_mode import DEFAULT as COMPUTE_DEFAULT
@@ -81,6 +82,8 @@ def evaluate(captures, options=None):
         "xids": ctx.check("xid")["data"].get("xids", []),
         "images": judge_images(_image_envs(captures), facts),
     })
+    if opts["compare_record"]:
+        out["drift"] = _drift(captures, opts, out)
     return out
 
 
@@ -105,6 +108,9 @@ DEFAULT_OPTIONS = {
     "mig_layout": None,
     # A host declared for training (gpuhost_training): a container must get seed 000's limits (container_limits).
     "training": False,
+    # Compare the host with gpuhost's record too (drift.yml): the result's `drift`.
+    "compare_record": False,
+    "allow_reboot": False,
     # gpuhost's record: the serving containers it deployed (layer serving).
     "record_path": "/etc/ansible/facts.d/gpuhost.fact",
 }
@@ -203,7 +209,7 @@ def capture(io, options=None):
     ctr = io.which("ctr")
     caps["engine"] = choose_engine(opts["container_engine"], docker, ctr)
     if caps["engine"] == "containerd":
-        return _capture_containerd(io, opts, caps, ctr)
+        return _capture_record_state(io, opts, _capture_containerd(io, opts, caps, ctr))
     caps["docker_path"] = docker
     if docker:
         caps["docker_info"] = _run(io, [docker, "info", "--format", "{{json .}}"])
@@ -272,7 +278,29 @@ def capture(io, options=None):
         caps["container_cdi_skipped"] = "docker is not running (docker layer)"
     _capture_kernel_log(io, opts, caps)
     _capture_basics(io, opts, caps, info)
+    return _capture_record_state(io, opts, caps)
+
+
+def _capture_record_state(io, opts, caps):
+    """With compare_record (drift): the record, its driver packages' dpkg state and its serving containers' state."""
+    if not opts["compare_record"]:
+        return caps
+    if "record" not in caps:
+        caps["record"] = io.read(opts["record_path"])
+    record, caps["record_error"] = drift.read_record(caps["record"], opts["record_path"])
+    if record is not None:
+        caps["record_dpkg"] = drift.dpkg_state(io, drift.recorded_packages(record))
+        caps["record_serving"] = drift.serving_state(io, io.which("docker"), drift.recorded_instances(record))
     return caps
+
+
+def _drift(captures, opts, diagnosis):
+    """The drift against the record (gpuhost_drift's result), or {"error": ...} where the record is unreadable."""
+    record, error = drift.read_record(captures.get("record"), opts["record_path"])
+    if error:
+        return {"error": error}
+    return drift.compare(record, diagnosis, captures.get("record_dpkg") or {}, captures.get("record_serving") or {},
+                         opts["allow_reboot"])
 
 
 def _judged_images(opts, serving_inspect):

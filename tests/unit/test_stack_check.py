@@ -630,7 +630,46 @@ def test_module_documents_every_option_and_return_key():
     ret = yaml.safe_load(mod.RETURN)
     io = healthy_host()
     out = sc.evaluate(sc.capture(io, {}), {})
+    assert set(out) == set(ret) - {"drift"}, set(out) ^ set(ret)
+    out = sc.evaluate(sc.capture(io, {"compare_record": True}), {"compare_record": True})
     assert set(out) == set(ret), set(out) ^ set(ret)
+
+
+RECORD = "/etc/ansible/facts.d/gpuhost.fact"
+
+
+def test_compare_record_gives_the_drift_in_the_same_call():
+    # drift.yml's check in one module call: the recorded driver (580.95.05) is not the one loaded (590.44.01), the
+    # recorded driver package is not installed, the recorded serving container is gone.
+    io = healthy_host()
+    io.files[RECORD] = json.dumps({"driver": {"version": "580.95.05", "packages": ["nvidia-driver-580-server"]},
+                                   "vllm": {"instances": [{"name": "vllm-a"}]}})
+    opts = {"compare_record": True}
+    drift = sc.evaluate(sc.capture(io, opts), opts)["drift"]
+    assert drift["drifted"] and drift["recorded_driver_version"] == "580.95.05"
+    assert drift["loaded_driver_version"] == "590.44.01"
+    codes = dict((layer, [f["code"] for f in v["findings"]]) for layer, v in drift["layers"].items())
+    assert "driver_changed" in codes["driver"] and "package_missing" in codes["driver"]
+    assert codes["serving"] == ["serving_down"]
+    assert "nvidia_driver" in drift["repair_roles"] and "vllm" in drift["repair_roles"]
+    assert [r for r in io.ran if r[0] == "dpkg-query"][0][-1] == "nvidia-driver-580-server"
+    assert ["/usr/bin/docker", "inspect", "-f", "{{.State.Status}}", "vllm-a"] in io.ran
+
+
+def test_compare_record_names_a_malformed_record_and_the_fix():
+    io = healthy_host()
+    io.files[RECORD] = "{oops"
+    opts = {"compare_record": True}
+    drift = sc.evaluate(sc.capture(io, opts), opts)["drift"]
+    assert drift["error"].startswith("gpuhost record: %s is not valid JSON" % RECORD)
+    assert drift["error"].endswith("run site.yml to write it again")
+
+
+def test_without_compare_record_the_record_is_not_compared():
+    io = healthy_host()
+    io.files[RECORD] = json.dumps({"driver": {"version": "580.95.05", "packages": ["nvidia-driver-580-server"]}})
+    out = sc.evaluate(sc.capture(io, {}), {})
+    assert "drift" not in out and not [r for r in io.ran if r[0] == "dpkg-query"]
 
 
 def test_module_never_fails_a_broken_host(tmp_path):
