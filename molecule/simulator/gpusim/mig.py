@@ -683,21 +683,25 @@ def set_mode(smi, gpu, enable, state):
 
 
 def gpu_reset(smi, gpus, state):
-    """`nvidia-smi -r [-i N]` (research §3: gpu-operator#118's texts; exit 255 as mig-parted#181 saw)."""
-    busy = [g for g in gpus if smi.processes_on(g) or g.get("persistence_mode")]
-    if busy:
-        out = ["GPU %s is currently in use by another process." % g["pci_bus_id"] for g in busy]
-        n = len(busy)
-        out += ["", "%d device%s currently being used by one or more other processes (e.g., Fabric Manager, CUDA "
-                "application, graphics application such as an X server, or a monitoring application such as "
-                "another instance of nvidia-smi). Please first kill all processes using %s device%s and all "
-                "compute applications running in the system." % (
-                    n, " is" if n == 1 else "s are", "this" if n == 1 else "these", "" if n == 1 else "s")]
-        return out, RC_OTHER
+    """`nvidia-smi -r [-i N]` as 535 and later print it (tests/fixtures/gpu_reset: Yandex Cloud's MIG guide,
+    k8s-test-infra#759): every GPU reset, then "All done."; or, when any of them cannot be, none, and the list of
+    those that cannot with why: in use (a process, persistence mode) or not supported; exit 255 as mig-parted#181
+    and NVSentinel#1690 saw (3 where every refusal is "Not Supported": not captured, nvidia-smi's code for an
+    operation the device does not support)."""
+    refused = [(g, "In use by another client") for g in gpus if smi.processes_on(g) or g.get("persistence_mode")]
+    refused += [(g, "Not Supported") for g in gpus if g.get("reset_unsupported") and g not in [r[0] for r in refused]]
+    if refused:
+        out = ["The following GPUs could not be reset:"] + ["  GPU %s: %s" % (g["pci_bus_id"], why) for g, why in refused]
+        n = len([g for g, why in refused if why.startswith("In use")])
+        if n:
+            out += ["", "%d device%s currently being used by one or more other processes (e.g., Fabric Manager, CUDA "
+                    "application, graphics application such as an X server, or a monitoring application such as "
+                    "another instance of nvidia-smi). Please first kill all processes using %s device%s and all "
+                    "compute applications running in the system." % (
+                        n, " is" if n == 1 else "s are", "this" if n == 1 else "these", "" if n == 1 else "s")]
+        return out, RC_OTHER if n else 3
     out = []
     for g in gpus:
-        if g.get("reset_unsupported"):
-            return out + ["Resetting GPU %s is not supported." % g["pci_bus_id"]], 3
         reset_gpu(g)
         out.append("GPU %s was successfully reset." % g["pci_bus_id"])
-    return out, RC_OK
+    return out + ["All done."], RC_OK

@@ -258,10 +258,10 @@ def test_ampere_pending_until_reset_or_boot(tmp_path):
     assert "pending enable state" in out
     assert nvsmi_q.parse_q(run_smi(p, "-q")[0])["gpus"][0]["mig_mode"] is False
     out, rc = run_smi(p, "--gpu-reset")
-    assert rc == 255 and "is currently in use by another process." in out
-    edit(p, lambda s: s["gpus"][0].update(persistence_mode=False))
     bus = st.load(str(p))["gpus"][0]["pci_bus_id"]
-    assert run_smi(p, "--gpu-reset") == ("GPU %s was successfully reset.\n" % bus, 0)
+    assert rc == 255 and "  GPU %s: In use by another client" % bus in out
+    edit(p, lambda s: s["gpus"][0].update(persistence_mode=False))
+    assert run_smi(p, "--gpu-reset") == ("GPU %s was successfully reset.\nAll done.\n" % bus, 0)
     assert nvsmi_q.parse_q(run_smi(p, "-q")[0])["gpus"][0]["mig_mode"] is True
 
 
