@@ -57,6 +57,34 @@ ENTRIES = (
        "load it: `modprobe nvidia` (or reboot); if it refuses, read `journalctl -k -b | grep -i nvidia` "
        "(Secure Boot, a kernel without the module)", REPAIR_DRIVER,
        scopes={"smi": "driver_not_loaded"}, gate=("communicate", "is not loaded")),
+    # `nvidia-smi -r` refused (tests/fixtures/gpu_reset/ and errors/phrasings/: 535+ lists each GPU with why; older
+    # drivers print "is currently in use by another process"): a line of its own, or one inside a tool's log with
+    # its newlines escaped. Not "Unable to set the compute mode for GPU ...: Not Supported" (another command), nor
+    # the MIG mode warning ("pending enable state for GPU ...:In use by another client").
+    _e("gpu_reset_in_use", "driver",
+       r"(?:^|\\n)\s*GPU [0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
+       r"(?:: In use by another client| is currently in use by another process)",
+       "the GPU reset was refused: something holds the GPU open (a CUDA process or serving container, "
+       "nvidia-persistenced or persistence mode, the fabric manager, DCGM's nv-hostengine, dcgm-exporter, "
+       "nvidia_drm with modeset=1)",
+       "find the holders (`fuser -v /dev/nvidia*`), stop them (`nvidia-smi -i N -pm 0`, `systemctl stop "
+       "nvidia-persistenced nvidia-dcgm`), then `nvidia-smi -r -i N` again; or reboot the host",
+       "playbooks/diagnose.yml", gate=("in use by another",)),
+    _e("gpu_reset_not_supported", "driver",
+       r"(?:^|\\n)\s*GPU [0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]: Not Supported",
+       "the GPU cannot be reset on its own here (an active NVLink between A100s, a GPU that drives a display, a "
+       "virtual machine without the reset)",
+       "reboot the host (or disable NVLink where the platform allows it, then reset)",
+       "playbooks/diagnose.yml", gate=("not supported",)),
+    # The driver's modules cannot be unloaded (a reload without reboot): tests/fixtures/errors/phrasings/
+    # (rmmod lists the modules that use it; modprobe says "is in use." of the first module it cannot remove).
+    _e("driver_module_in_use", "driver",
+       r"(?:rmmod: ERROR|modprobe: FATAL): Module nvidia\w* is in use",
+       "the NVIDIA kernel modules cannot be unloaded: a process holds /dev/nvidia* or another module uses them "
+       "(nvidia_uvm, nvidia_drm and nvidia_modeset before nvidia)",
+       "stop what holds the GPUs (`fuser -v /dev/nvidia*`: serving containers, nvidia-persistenced, the fabric "
+       "manager, DCGM, a display manager), unload in order `modprobe -r nvidia_uvm nvidia_drm nvidia_modeset "
+       "nvidia`; or reboot the host", REPAIR_DRIVER, gate=("is in use",)),
     _e("no_devices_found", "driver", r"no devices were found",
        "nvidia-smi found no devices: the driver is loaded but initialised no GPU",
        "read `journalctl -k -b | grep -iE 'nvrm|xid'` for the GPU's fate; check `lspci -nn | grep -i nvidia`",
