@@ -279,3 +279,9 @@ def test_stack_check_judges_nothing_without_the_container_check():
     opts = {"check_image": "img", "cuda_probe_image": "probe", "container_check": False}
     assert sc.evaluate(sc.capture(io, opts), opts)["images"] == []
     assert not [argv for argv in io.ran if argv[1:3] == ["image", "inspect"]]
+
+
+def test_an_image_whose_requirement_cannot_be_read_is_unknown_and_says_why():
+    judged = cr.judge_images([("bad:1", ["CUDA_VERSION=twelve"])], facts(A100_535))
+    assert [(j["image"], j["verdict"]) for j in judged] == [("bad:1", "unknown")]
+    assert judged[0]["summary"].startswith("image layer: bad:1: ") and "twelve" in judged[0]["summary"]

@@ -1208,3 +1208,15 @@ def test_a_cuda_program_failing_with_802_names_the_fabric_manager():
     probe = sc.check_cuda_probe(cap, "probe")
     assert probe["status"] == "fail" and probe["data"]["cause"] == "system_not_ready"
     assert "fabric manager" in probe["summary"] and "nvidia-fabricmanager" in probe["remedy"]
+
+
+def test_without_the_path_container_one_gpus_container_runs_and_the_path_is_predicted():
+    # site.yml's fast path: one --gpus container proves the container path; which path --gpus took is predicted.
+    io = healthy_host()
+    opts = dict(PROBE_OPTS, cuda_probe_image="", cdi_container_check="never", gpus_path_container=False)
+    out = sc.evaluate(sc.capture(io, opts), opts)
+    runs = [r for r in io.ran if r[:2] == ["/usr/bin/docker", "run"]]
+    assert runs == [["/usr/bin/docker", "run", "--rm", "--pull", "never", "--network", "none", "--gpus", "all",
+                     "img", "nvidia-smi", "-L"]]
+    assert out["failed_layer"] is None, out["message"]
+    assert out["gpus_path"]["path"] == out["gpus_path"]["predicted"]
