@@ -10,7 +10,8 @@ so and a warning names what is missing.
 Outputs that another gpuhost command reads are answered with that command's reading, and the first line
 (`command` in --json) names it: `nvidia-smi topo -m` / `topo -p2p` (gpuhost topo), a Fabric excerpt of -q
 (gpuhost fabric), `nvidia-smi mig -lgip/-lgipp/-lgi/-lci` (gpuhost mig), `mokutil --sb-state`,
-`mokutil --test-key` and /sys/kernel/security/lockdown (gpuhost secure-boot). A -q or -q -x with Fabric
+`mokutil --test-key` and /sys/kernel/security/lockdown (gpuhost secure-boot), `nvidia-smi -r` (which GPUs were
+reset, which not and why, with gpuhost explain's fix for a refusal). A -q or -q -x with Fabric
 blocks (or a paste of an output and a Fabric excerpt) gets its facts and gpuhost fabric's reading. Any other
 text that holds a known GPU-stack error gets gpuhost explain's findings.
 
@@ -23,7 +24,7 @@ import sys
 
 from ansible.module_utils.diagnosis.explain import ExplainError, explain, render_text as explain_text
 from ansible.module_utils.driver import secure_boot as sb
-from ansible.module_utils.gpu import gpu_topology, nvsmi_parse
+from ansible.module_utils.gpu import gpu_topology, nvsmi_parse, nvsmi_reset
 from ansible.module_utils.gpu.nvsmi_common import ParseError, clean_text
 from ansible.module_utils.gpu.nvsmi_error import classify_error, parse_error
 from gpuhost_cli import fabric as fabric_cli, mig as mig_cli, secure_boot as secure_boot_cli, topo as topo_cli
@@ -133,6 +134,7 @@ READ_AS = {
     "fabric": "the Fabric blocks of `nvidia-smi -q`",
     "mig": "`nvidia-smi mig` listings",
     "secure-boot": "a Secure Boot output (mokutil, /sys/kernel/security/lockdown)",
+    "reset": "`nvidia-smi -r` (a GPU reset)",
     "explain": "a text with known GPU-stack errors (no nvidia-smi output)",
 }
 _LOCKDOWN_FILE = re.compile(r"^\s*(?:\[?(?:none|integrity|confidentiality)\]?[ \t]*){2,3}\s*$")
@@ -170,6 +172,17 @@ def _secure_boot(text):
     out = secure_boot_cli.report_texts(sb_state=text if sb_state else None, test_key=text if test_key else None,
                                        lockdown=text if lockdown else None)
     return _delegated("secure-boot", out, secure_boot_cli.render_text(out))
+
+
+def _reset(text):
+    reading = nvsmi_reset.parse_reset(text)
+    if not (reading["reset"] or reading["not_reset"]):
+        return None
+    found = _findings(text) or {"findings": []}
+    reading["findings"] = found["findings"]
+    lines = ["GPU %s: reset" % bus for bus in reading["reset"]]
+    lines += ["GPU %s: not reset (%s)" % (gpu["bus"], gpu["reason"]) for gpu in reading["not_reset"]]
+    return _delegated("reset", reading, "\n".join(lines) + "\n" + (explain_text(found) if found["findings"] else ""))
 
 
 _FABRIC_BLOCK = re.compile(r"^[ \t]*Fabric[ \t]*$|<fabric>", re.M)
@@ -224,7 +237,7 @@ def answer(data):
         return _smi(nvsmi_parse.facts_from_output(text), text)
     except ParseError as exc:
         refusal = exc
-    for reader in (_topo, _mig, _secure_boot):
+    for reader in (_topo, _mig, _secure_boot, _reset):
         found = reader(text)
         if found is not None:
             return found

@@ -23,7 +23,7 @@ from gpuhost_cli import topo as topo_cli
 GPUHOST = os.path.join(ROOT, "bin", "gpuhost")
 # The fixture folders that hold nvidia-smi output (corpus/nvidia_smi and its copy nvidia_smi/, the memory
 # captures, the MIG listings and -L, the topology matrices).
-SMI_FOLDERS = ("corpus/nvidia_smi", "nvidia_smi", "nvidia_smi_memory", "mig", "fabric")
+SMI_FOLDERS = ("corpus/nvidia_smi", "nvidia_smi", "nvidia_smi_memory", "mig", "fabric", "gpu_reset")
 # The files in them that are not nvidia-smi output, and what they are instead.
 NOT_NVIDIA_SMI = (
     (r"^nvidia_smi_memory/.*_deviceQuery\.txt$", "CUDA's deviceQuery sample"),
@@ -109,6 +109,8 @@ def expected_command(name):
         return "fabric"
     if re.match(r"(?:lgip|lgipp|lgi|lci)_", base) or "_mig-lg" in base:
         return "mig"
+    if name.startswith("gpu_reset/"):
+        return "reset"
     return "smi"
 
 
@@ -277,3 +279,22 @@ def test_the_real_entry_point_names_the_command_it_used():
     assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout.startswith("read as `nvidia-smi topo -m` (or `topo -p2p`): the reading of `gpuhost topo`\n")
     assert "every GPU pair on NVLink: yes" in proc.stdout
+
+
+# --- a GPU reset's output -------------------------------------------------------------------------------------
+
+def test_a_reset_paste_says_which_gpus_were_reset(smi_json, capsys):
+    rc, out, _err = smi_json(_path("gpu_reset/gpu-reset_8gpus_success_k8s-test-infra-759.txt"))
+    assert rc == 0 and out["command"] == "reset" and out["reading"]["all_done"]
+    assert len(out["reading"]["reset"]) == 8 and out["reading"]["not_reset"] == [] and out["reading"]["findings"] == []
+    assert cli.main([_path("gpu_reset/reset_535_2xA100_success_yandex-enable-mig_dedented.txt")]) == 0
+    assert capsys.readouterr().out.startswith("read as `nvidia-smi -r` (a GPU reset)")
+
+
+def test_a_refused_reset_names_each_gpu_and_the_fix(smi_json):
+    rc, out, _err = smi_json(_path("gpu_reset/reset_535_2xA100_in-use_yandex-troubleshooting.txt"))
+    assert rc == 0 and out["command"] == "reset" and out["reading"]["reset"] == []
+    assert [g["kind"] for g in out["reading"]["not_reset"]] == ["in_use", "in_use"]
+    assert [f["kind"] for f in out["reading"]["findings"]] == ["gpu_reset_in_use"]
+    assert "fuser -v /dev/nvidia*" in out["reading"]["findings"][0]["fix"]
+
