@@ -121,7 +121,7 @@ from ansible.module_utils.host.runner import ModuleHostIO
 from ansible.module_utils.runs.converged import (
     differences, fingerprint, health_problems, parse_os_release, parse_systemctl_show, path_digests)
 from ansible.module_utils.containers.daemon_json import DaemonJsonError, parse
-from ansible.module_utils.diagnosis.drift import DPKG_FORMAT, parse_dpkg_status
+from ansible.module_utils.diagnosis.drift import dpkg_state
 
 
 def read_json(module, path, what, fix):
@@ -164,11 +164,7 @@ def container_state(io, docker, names):
 def host_fingerprint(module, instances, docker):
     params = module.params
     io = ModuleHostIO(module)
-    packages = {}
-    if params["packages"]:
-        # rc 1 only means a pattern matched nothing; the matches are still printed.
-        _rc, out, _err = io.run(["dpkg-query", "-W", "-f=" + DPKG_FORMAT] + params["packages"])
-        packages = parse_dpkg_status(out)
+    packages = dpkg_state(io, params["packages"])
     units = {}
     if params["units"]:
         _rc, out, _err = io.run(["systemctl", "show", "-p", "Id,ActiveState,UnitFileState", "--"] + params["units"])

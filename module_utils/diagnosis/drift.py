@@ -11,8 +11,8 @@ Pure but for the two readers at the end (dpkg_state, serving_state), which take 
 """
 
 from ansible.module_utils.containers.daemon_json import DaemonJsonError, parse as parse_json_object
-# DPKG_FORMAT: the modules import it from here.
-from ansible.module_utils.host.dpkg import FORMAT as DPKG_FORMAT, parse as parse_dpkg  # pylint: disable=unused-import
+# DPKG_FORMAT: the format dpkg_state asks dpkg-query for (host/dpkg.py's, one for every reader).
+from ansible.module_utils.host.dpkg import FORMAT as DPKG_FORMAT, parse as parse_dpkg, query_argv  # pylint: disable=unused-import
 from ansible.module_utils.layers.registry import DRIFT_LAYERS as LAYERS, get as registry_layer, repair_roles as all_repair_roles
 
 # How a drift run may deal with a finding: `auto` through the roles' own tasks and handlers (runtime
@@ -230,11 +230,12 @@ def recorded_instances(record):
 
 
 def dpkg_state(io, packages):
-    """The dpkg state of the recorded driver packages (io: the host's, runner.py)."""
+    """The dpkg state of packages (names or dpkg-query patterns: the recorded driver packages, the fingerprint's)
+    (io: the host's, runner.py)."""
     if not packages:
         return {}
-    _rc, out, _err = io.run(["dpkg-query", "-W", "-f=" + DPKG_FORMAT] + list(packages))
-    # rc 1 only means some package is unknown; the known ones are still printed.
+    _rc, out, _err = io.run(query_argv("dpkg-query", packages))
+    # rc 1 only means some package is unknown (a pattern matched nothing); the known ones are still printed.
     return parse_dpkg_status(out)
 
 

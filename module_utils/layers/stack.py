@@ -282,13 +282,14 @@ def capture(io, options=None):
 
 
 def _capture_record_state(io, opts, caps):
-    """With compare_record (drift): the record, its driver packages' dpkg state and its serving containers' state."""
+    """With compare_record (drift): the record read (record_read: (record, error)), its driver packages' dpkg state
+    and its serving containers' state."""
     if not opts["compare_record"]:
         return caps
     if "record" not in caps:
         caps["record"] = io.read(opts["record_path"])
-    record, caps["record_error"] = drift.read_record(caps["record"], opts["record_path"])
-    if record is not None:
+    record, error = caps["record_read"] = drift.read_record(caps["record"], opts["record_path"])
+    if error is None:
         caps["record_dpkg"] = drift.dpkg_state(io, drift.recorded_packages(record))
         caps["record_serving"] = drift.serving_state(io, io.which("docker"), drift.recorded_instances(record))
     return caps
@@ -296,7 +297,7 @@ def _capture_record_state(io, opts, caps):
 
 def _drift(captures, opts, diagnosis):
     """The drift against the record (gpuhost_drift's result), or {"error": ...} where the record is unreadable."""
-    record, error = drift.read_record(captures.get("record"), opts["record_path"])
+    record, error = captures["record_read"]
     if error:
         return {"error": error}
     return drift.compare(record, diagnosis, captures.get("record_dpkg") or {}, captures.get("record_serving") or {},
