@@ -12,7 +12,8 @@ Pure but for the two readers at the end (dpkg_state, serving_state), which take 
 
 from ansible.module_utils.containers.daemon_json import DaemonJsonError, parse as parse_json_object
 # DPKG_FORMAT: the format dpkg_state asks dpkg-query for (host/dpkg.py's, one for every reader).
-from ansible.module_utils.host.dpkg import FORMAT as DPKG_FORMAT, parse as parse_dpkg, query_argv  # pylint: disable=unused-import
+from ansible.module_utils.host.dpkg import FORMAT as DPKG_FORMAT  # pylint: disable=unused-import
+from ansible.module_utils.host.dpkg import parse as parse_dpkg, query_argv
 from ansible.module_utils.layers.registry import DRIFT_LAYERS as LAYERS, get as registry_layer, repair_roles as all_repair_roles
 
 # How a drift run may deal with a finding: `auto` through the roles' own tasks and handlers (runtime
