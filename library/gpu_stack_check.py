@@ -111,9 +111,18 @@ options:
     type: bool
     default: false
   allow_reboot:
-    description: With I(compare_record), whether a pending reboot may be repaired (C(nvidia_driver_reboot=auto)).
+    description:
+      - With I(compare_record), whether a pending reboot may be repaired (C(nvidia_driver_reboot=auto)).
+      - The Xid check's plans say whether a GPU that needs a host restart (Xid 79) or whose reset fails gets one.
     type: bool
     default: false
+  xid_state_path:
+    description:
+      - What drift did about the Xids so far (its cursor per GPU) and the GPUs it took out of service this boot
+        (M(nvidia_xid_recovery) writes it). The C(xid) check counts only the Xids after the cursor, each with
+        what drift does about it (RV(checks) data C(plans)), and fails for a GPU out of service.
+    type: path
+    default: /var/lib/gpuhost/xid-state.json
   record_path:
     description: gpuhost's record (the serving containers it deployed; with I(compare_record), the driver too).
     type: path
@@ -376,6 +385,7 @@ ARGUMENT_SPEC = dict(
     compare_record=dict(type="bool", default=False),
     allow_reboot=dict(type="bool", default=False),
     record_path=dict(type="path", default="/etc/ansible/facts.d/gpuhost.fact"),
+    xid_state_path=dict(type="path", default="/var/lib/gpuhost/xid-state.json"),
     training=dict(type="bool", default=False),
     kernel_log_command=dict(type="raw", default="dmesg"),
     cdi_spec_path=dict(type="path", default="/etc/cdi/nvidia.yaml"),
@@ -408,6 +418,7 @@ def main():
         "compare_record": params["compare_record"],
         "allow_reboot": params["allow_reboot"],
         "record_path": params["record_path"],
+        "xid_state_path": params["xid_state_path"],
         "training": params["training"],
         "kernel_log_command": argv,
         "kernel_log_command_text": " ".join(argv),

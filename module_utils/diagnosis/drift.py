@@ -180,6 +180,31 @@ def serving_findings(record, stack, dpkg, allow_reboot, serving):
     return out
 
 
+def health_findings(record, stack, dpkg, allow_reboot, serving):
+    """The Xids no drift run has dealt with yet (the xid check's plans against drift's cursor) and the GPUs out of
+    service this boot. A plan the policy may carry out is repaired by the recovery role (restart the GPU's
+    serving containers, reset the GPU, mark it out of service); a refused reset waits for the operator; a GPU out
+    of service comes back with a restart, where reboots are allowed."""
+    data = _stack_check(stack, "xid").get("data") or {}
+    out = []
+    for plan in data.get("plans") or []:
+        if plan.get("action") == "IGNORE":
+            continue
+        if plan.get("blocked"):
+            out.append(finding("xid_reset_refused", plan["say"], MANUAL))
+        elif plan.get("action") == "RESTART_APP":
+            out.append(finding("xid_restart_app", plan["say"], AUTO))
+        elif plan.get("action") == "RESET_GPU":
+            out.append(finding("xid_reset_gpu", plan["say"], AUTO))
+        else:
+            out.append(finding("xid_out_of_service", plan["say"], AUTO))
+    for mark in data.get("out_of_service") or []:
+        out.append(finding("gpu_out_of_service", "GPU %s (%s) is out of service since %s (%s): a host restart brings "
+                           "it back" % (mark.get("index"), mark.get("bus_id"), mark.get("since"), mark.get("reason")),
+                           REBOOT if allow_reboot else MANUAL))
+    return out
+
+
 def repair_roles(layers):
     """The roles a drift run repairs these layers with, in site.yml's order: the drifted layers' own and no
     other, so that a repair changes what drifted and leaves the rest of the host alone. A change travels up

@@ -25,12 +25,15 @@ or the journal kept more than dmesg) the last place of that text decides. Anothe
 
 Pure functions, stdlib only (shipped to hosts as module_utils).
 """
+import json
 import re
 
 from ansible.module_utils.diagnosis import error_catalogue as catalogue
 from ansible.module_utils.gpu.gpu_arch import lookup
 
 ACTIONS = catalogue.XID_SEVERITY
+STATE_PATH = "/var/lib/gpuhost/xid-state.json"
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 # Host programs that keep a GPU open and must stop for a reset (NVIDIA's reset notes: nvidia-persistenced,
 # DCGM's nv-hostengine, dcgm-exporter); they are not tenants: drift stops and starts them around the reset.
 RESET_HOLDERS = ("nvidia-persistenced", "nv-hostengine", "dcgm-exporter")
@@ -220,7 +223,8 @@ def decide(kernel_log_text, gpus, cursor, boot_id, serving_by_gpu=None, processe
     words), containers, holders, tenants, spans (other GPUs those containers use), blocked [{kind, reason}],
     steps, on_failure (RESTART_BM | out_of_service, for a reset), out_of_service, reboot, done, say],
     "unmapped": [Xid events whose PCI bus is no GPU of the facts], "reboot": any plan restarts the host,
-    "cursor": the cursor to store once drift has carried the plans out}. A plan that is not done (refused, or
+    "cursor": the cursor to store once drift has carried the plans out, "consumed": {bus: the cursor mark of
+    each GPU with new Xids, once they are all dealt with}}. A plan that is not done (refused, or
     waiting for an operator's restart) keeps its GPU's cursor where it was."""
     serving_by_gpu = serving_by_gpu or {}
     processes_by_gpu = processes_by_gpu or {}
@@ -232,10 +236,14 @@ def decide(kernel_log_text, gpus, cursor, boot_id, serving_by_gpu=None, processe
     plans, unmapped = [], []
     for bus in sorted(fresh):
         gpu = by_bus.get(bus)
-        if gpu is None:
+        if gpu is None and not _severe(fresh[bus]):
             unmapped.extend(fresh[bus])
             marks[bus] = _mark(events, bus)
             continue
+        if gpu is None:
+            # A GPU fallen off the bus (Xid 79) leaves nvidia-smi's list (nvidia-smi may not answer at all): it is
+            # marked by its PCI address all the same.
+            gpu = {"index": None, "pci_bus_id": fresh[bus][0]["pci"], "uuid": None}
         index = gpu.get("index")
         plan = decide_gpu(gpu, fresh[bus], _get(serving_by_gpu, index), _get(processes_by_gpu, index), allow_reboot,
                           fabric_manager_needed, fabric_manager_running, serving_by_gpu)
@@ -243,7 +251,64 @@ def decide(kernel_log_text, gpus, cursor, boot_id, serving_by_gpu=None, processe
         if plan["done"]:
             marks[bus] = _mark(events, bus)
     return {"gpus": plans, "unmapped": unmapped, "reboot": any(p["reboot"] for p in plans),
-            "cursor": {"boot_id": boot_id, "gpus": marks}}
+            "cursor": {"boot_id": boot_id, "gpus": marks},
+            "consumed": dict((bus, _mark(events, bus)) for bus in fresh)}
+
+
+def _severe(events):
+    """Whether any of these Xids takes a GPU out of service (RESTART_BM, CONTACT_SUPPORT)."""
+    return any(ACTIONS.index(xid_action(e)[0]) >= ACTIONS.index("RESTART_BM") for e in events)
+
+
+# ----- the state drift keeps per host (/var/lib/gpuhost/xid-state.json) -----------------------------------------
+# {"cursor": decide's cursor, "out_of_service": {bus key: {index, bus_id, uuid, boot_id, since, xids, reason}}}:
+# a mark holds for the boot it was made in (a restart is what brings such a GPU back); the cursor's boot id
+# likewise makes a fresh cursor after a restart.
+
+def read_state(text, path):
+    """(state, None), {} where there is no state yet, or (None, what is wrong and the fix) where the file is not a
+    JSON object (never overwritten blind: drift stops and says so)."""
+    if not (text or "").strip():
+        return {}, None
+    try:
+        state = json.loads(text)
+    except ValueError as exc:
+        return None, "%s is not JSON (%s): move it aside and run drift again (the Xids since boot are then read " \
+                     "afresh)" % (path, exc)
+    if not isinstance(state, dict):
+        return None, "%s is not a JSON object: move it aside and run drift again" % path
+    return state, None
+
+
+def out_of_service(state, boot_id):
+    """{bus key: mark} of the GPUs marked out of service during this boot."""
+    return dict((bus, mark) for bus, mark in ((state or {}).get("out_of_service") or {}).items()
+                if isinstance(mark, dict) and mark.get("boot_id") == boot_id)
+
+
+def next_state(state, decision, outcomes, boot_id, stamp):
+    """The state to write after drift carried out decide()'s plans. outcomes: {bus key: {"ok": the plan was carried
+    out, "out_of_service": the GPU is to be marked (a RESTART_BM/CONTACT_SUPPORT Xid, or a reset that failed
+    where the host may not restart)}}. A GPU whose plan failed and is not marked keeps its old cursor (the next
+    run tries again); a marked GPU's Xids are consumed (the mark says them on every run until a restart)."""
+    old = (state or {}).get("cursor") or {}
+    old_marks = (old.get("gpus") or {}) if old.get("boot_id") == boot_id else {}
+    marks = dict(decision["cursor"]["gpus"])
+    flagged = out_of_service(state, boot_id)
+    for plan in decision["gpus"]:
+        bus = bus_key(plan["bus_id"])
+        outcome = outcomes.get(bus) or {}
+        if outcome.get("out_of_service"):
+            flagged[bus] = {"index": plan["index"], "bus_id": plan["bus_id"], "uuid": plan["uuid"], "boot_id": boot_id,
+                            "since": stamp, "xids": sorted(set(x["code"] for x in plan["xids"])),
+                            "reason": outcome.get("reason") or plan["say"]}
+            marks[bus] = decision["consumed"][bus]
+        elif not outcome.get("ok"):
+            if bus in old_marks:
+                marks[bus] = old_marks[bus]
+            else:
+                marks.pop(bus, None)
+    return {"cursor": {"boot_id": boot_id, "gpus": marks}, "out_of_service": flagged}
 
 
 def _get(by_index, index):

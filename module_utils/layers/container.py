@@ -283,6 +283,41 @@ def _requested_gpus(container, gpus):
     return out
 
 
+def _container_name(container):
+    return (container.get("Name") or "").lstrip("/") or container.get("Id")
+
+
+def serving_by_gpu(containers, gpus):
+    """{GPU index: [names]} of the inspected serving containers on each GPU: given it whole (`--gpus all`, an index
+    or UUID) or one of its MIG devices."""
+    out = {}
+    for container in containers or []:
+        found = [g["index"] for g in _requested_gpus(container, gpus)]
+        for req in (container.get("HostConfig") or {}).get("DeviceRequests") or []:
+            for ref in req.get("DeviceIDs") or []:
+                gpu = gpu_named(str(ref).strip(), gpus) if str(ref).strip() != "all" else None
+                if gpu is not None:
+                    found.append(gpu["index"])
+        for index in sorted(set(found)):
+            out.setdefault(index, []).append(_container_name(container))
+    return out
+
+
+def gpu_processes(facts, cgroups, containers):
+    """{GPU index: [{pid, name, container, serving}]}: each GPU's compute processes, a serving container's named by
+    the container whose id is in the process's cgroup (cgroups: {pid: /proc/PID/cgroup text})."""
+    ids = dict((c.get("Id"), _container_name(c)) for c in containers or [] if c.get("Id"))
+    out = {}
+    for proc in facts.get("processes") or []:
+        if proc.get("gpu_index") is None:
+            continue
+        text = (cgroups or {}).get(proc.get("pid")) or ""
+        owner = next((name for cid, name in ids.items() if cid in text), None)
+        out.setdefault(int(proc["gpu_index"]), []).append(
+            {"pid": proc.get("pid"), "name": proc.get("name"), "container": owner, "serving": owner is not None})
+    return out
+
+
 def mig_whole_decides(serving_check, execs, facts, inspected=None):
     """A serving container given a MIG-enabled GPU whole: CUDA there finds no device, so vLLM cannot start or serve
     (it exits and docker restarts it). Seen in a running container's `nvidia-smi -L` (the GPU, no MIG device under

@@ -8,7 +8,7 @@ import re
 from ansible.module_utils.layers.base import _out, evidence, guarded, result
 from ansible.module_utils.diagnosis.error_catalogue import XID_SEVERITY
 from ansible.module_utils.gpu.xid_policy import bus_key
-from ansible.module_utils.layers.health import XID_ACTIONS, XID_CATALOGUE, parse_xids
+from ansible.module_utils.layers.health import XID_ACTIONS, XID_CATALOGUE, parse_xids, xid_plans
 
 # Xids that mean the GPU itself is gone or broken: those whose immediate action in the error table is beyond the
 # application (reset the GPU, restart the host, contact support); the others (application faults, corrected ECC)
@@ -85,10 +85,24 @@ def check_hardware(facts, xid_events=(), smi_text=""):
                   % (len(gpus), ", ".join("GPU %s %s" % (g["index"], g["bus_id"]) for g in gpus)), ev=ev, data=data)
 
 
+def pending_xid_events(decision, marks):
+    """The Xid events a GPU is still judged by once drift keeps a cursor: those no run has dealt with yet (a GPU
+    reset since is healthy again), and those of each GPU out of service this boot (marks)."""
+    events = [x for plan in decision["gpus"] for x in plan["xids"]] + list(decision["unmapped"])
+    for mark in (marks or {}).values():
+        events.extend({"code": code, "pci": mark.get("bus_id") or "", "pid": None, "name": None, "message": "",
+                       "line": ""} for code in mark.get("xids") or [])
+    return events
+
+
 def _hardware(ctx):
     smi_text = "\n".join(_out(a) for a in ctx.gpu.get("smi") or [])
     kernel_log = ctx.get("kernel_log")
     xid_events = parse_xids(kernel_log.get("stdout")) if kernel_log else []
+    if kernel_log and kernel_log.get("rc") == 0:
+        decision, marks, _error = ctx.memo("xid_plans", lambda: xid_plans(ctx.captures, ctx.facts, ctx.opts))
+        if decision is not None:
+            xid_events = pending_xid_events(decision, marks)
     return guarded("hardware", "hardware", check_hardware, ctx.facts, xid_events, smi_text)
 
 

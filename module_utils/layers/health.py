@@ -6,10 +6,10 @@
 compute modes that keep processes off a GPU."""
 from ansible.module_utils.diagnosis import error_catalogue as catalogue
 from ansible.module_utils.gpu.compute_mode import DEFAULT, context_blocked, mps_served, processes_by_gpu
-from ansible.module_utils.gpu.xid_policy import xid_events
+from ansible.module_utils.gpu.xid_policy import decide, out_of_service, read_state, xid_events
 from ansible.module_utils.layers.base import (
     MAX_EVIDENCE_LINES, _cmd, _grep, _kernel_log_unread, evidence, guarded, result)
-from ansible.module_utils.layers.container import inspected_containers
+from ansible.module_utils.layers.container import gpu_processes, inspected_containers, serving_by_gpu
 
 # Idle GPUs always report gpu_idle; it is not throttling.
 BENIGN_CLOCK_REASONS = ("gpu_idle",)
@@ -102,8 +102,10 @@ def describe_xid(code):
     return {"code": code, "description": entry.description, "cause": entry.cause, "action": entry.action}
 
 
-def check_xid(cap, command="dmesg"):
-    """Xid errors in the kernel log since boot, with what they mean."""
+def check_xid(cap, command="dmesg", decision=None, marks=None, state_error=None):
+    """Xid errors in the kernel log since boot, with what they mean. With decision (xid_policy.decide against the
+    cursor drift keeps): only the Xids no drift run has dealt with yet count, each with what drift does about
+    it (its plan), and every GPU marked out of service this boot (marks) fails the check until a restart."""
     unread = _kernel_log_unread(cap, "xid", "health", command)
     if unread:
         return unread
@@ -120,16 +122,45 @@ def check_xid(cap, command="dmesg"):
         info.update(count=len(by_code[code]), gpus=sorted(set(e["pci"] for e in by_code[code])))
         xids.append(info)
     data = {"xids": xids}
+    if state_error:
+        return result("xid", "health", "fail", state_error, remedy=state_error, ev=ev, data=data)
+    if decision is not None:
+        return _xid_pending(xids, decision, marks or {}, ev, data)
     if not events:
         return result("xid", "health", "ok", "no Xid errors in the kernel log since boot", ev=ev, data=data)
     worst = max(xids, key=lambda x: _XID_SEVERITY.index(x["action"]))
-    summary = "Xid errors since boot: " + "; ".join(
-        "Xid %d × %d on %s (%s)" % (x["code"], x["count"], ", ".join(x["gpus"]), x["description"]) for x in xids)
+    summary = "Xid errors since boot: " + _xid_counts(xids)
     if worst["action"] == "IGNORE":
         return result("xid", "health", "ok", summary, ev=ev, data=data)
     return result("xid", "health", "fail", summary,
                   remedy="Xid %d (%s): %s" % (worst["code"], worst["cause"], XID_ACTIONS[worst["action"]]),
                   ev=ev, data=data)
+
+
+def _xid_counts(xids):
+    return "; ".join("Xid %d × %d on %s (%s)" % (x["code"], x["count"], ", ".join(x["gpus"]), x["description"])
+                     for x in xids)
+
+
+def _xid_pending(xids, decision, marks, ev, data):
+    """The xid check against drift's cursor: the plans for the Xids not yet dealt with, the GPUs out of service."""
+    plans = [p for p in decision["gpus"] if p["action"] != "IGNORE"]
+    data = dict(data, plans=decision["gpus"], out_of_service=sorted(marks.values(), key=lambda m: m.get("bus_id")))
+    lines = [p["say"] for p in plans] + [
+        "GPU %s (%s) is out of service since %s: %s" % (m.get("index"), m.get("bus_id"), m.get("since"), m.get("reason"))
+        for m in data["out_of_service"]]
+    if lines:
+        remedy = []
+        if plans:
+            remedy.append("drift.yml does what each GPU's Xids call for (`ansible-playbook playbooks/drift.yml`)")
+        if data["out_of_service"]:
+            remedy.append("a GPU out of service comes back with a host restart (drift.yml restarts the host "
+                          "where gpuhost_drift_allow_reboot is true); if it falls off again, contact NVIDIA support")
+        return result("xid", "health", "fail", "; ".join(lines), remedy="; ".join(remedy), ev=ev, data=data)
+    if not xids:
+        return result("xid", "health", "ok", "no Xid errors in the kernel log since boot", ev=ev, data=data)
+    return result("xid", "health", "ok", "Xid errors since boot, each dealt with or needing nothing: "
+                  + _xid_counts(xids), ev=ev, data=data)
 
 
 def check_compute_mode(facts, cgroups=None, serving_ids=()):
@@ -187,8 +218,31 @@ def _throttle(ctx):
     return guarded("throttle", "health", check_throttle, ctx.facts, ctx.gpu, ctx.opts["benign_clock_reasons"])
 
 
+def xid_plans(captures, facts, opts):
+    """(decide()'s plans against drift's cursor, this boot's out-of-service marks, the state file's error) from the
+    captures (kernel_log, boot_id, xid_state, serving_inspect, gpu_process_cgroups, fabricmanager_active);
+    (None, None, None) where the host has no boot id to key a cursor on."""
+    boot_id = (captures.get("boot_id") or "").strip()
+    if not boot_id:
+        return None, None, None
+    state, error = read_state(captures.get("xid_state"), opts["xid_state_path"])
+    if error:
+        return None, None, error
+    containers = [c for c in inspected_containers(captures.get("serving_inspect"))
+                  if (c.get("State") or {}).get("Running")]
+    fabric = facts.get("fabric") or {}
+    decision = decide((captures.get("kernel_log") or {}).get("stdout"), facts.get("gpus") or [],
+                      state.get("cursor"), boot_id, serving_by_gpu(containers, facts.get("gpus") or []),
+                      gpu_processes(facts, captures.get("gpu_process_cgroups"), containers),
+                      opts["allow_reboot"], captures.get("fabricmanager_active") == "active", bool(fabric.get("needed")))
+    return decision, out_of_service(state, boot_id), None
+
+
 def _xid(ctx):
-    return guarded("xid", "health", check_xid, ctx.get("kernel_log"), ctx.opts["kernel_log_command_text"])
+    cap = ctx.get("kernel_log")
+    decision, marks, error = ctx.memo("xid_plans", lambda: xid_plans(ctx.captures, ctx.facts, ctx.opts)) \
+        if cap and cap.get("rc") == 0 else (None, None, None)
+    return guarded("xid", "health", check_xid, cap, ctx.opts["kernel_log_command_text"], decision, marks, error)
 
 
 def _compute_mode(ctx):

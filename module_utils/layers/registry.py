@@ -134,7 +134,10 @@ REGISTRY = (
     # with the /dev/char links the toolkit role makes: drift repairs the layer with both roles.
     _layer("serving", "vLLM serving", required=False, roles=("vllm",), tags=("vllm",), checks=("serving_running",), drift=True,
            repair=("nvidia_container_toolkit", "vllm"), catalogue=("vllm_config", "vllm_memory")),
-    _layer("health", "GPU health", required=False, checks=("zombies", "throttle", "xid", "compute_mode")),
+    # Drift acts on the Xids since its cursor as NVIDIA's catalogue says (xid_policy): restart the GPU's serving
+    # containers, reset the GPU, or mark it out of service (gpu_recovery); the other checks only report.
+    _layer("health", "GPU health", required=False, checks=("zombies", "throttle", "xid", "compute_mode"), drift=True,
+           repair=("gpu_recovery",)),
 )
 
 # The role that checks the layers (site.yml's last layer role, diagnose.yml's only one) and its tag.

@@ -35,6 +35,8 @@ from ansible.module_utils.layers.engine import (cdi_enabled, choose_engine, norm
                                                 parse_docker_info)
 from ansible.module_utils.driver.fabric_manager import FABRIC_MANAGER_SERVICE, IMEX_SERVICE
 from ansible.module_utils.layers.generic import DOCKER_ROOT_DEFAULT
+from ansible.module_utils.gpu.xid_policy import BOOT_ID_PATH, STATE_PATH as XID_STATE_PATH
+from ansible.module_utils.diagnosis.error_catalogue import XID
 from ansible.module_utils.layers.health import BENIGN_CLOCK_REASONS
 from ansible.module_utils.layers.runtime_config import _char_numbers
 # Every check module the registry names (Ansible ships a module's module_utils by their static imports),
@@ -113,6 +115,8 @@ DEFAULT_OPTIONS = {
     "allow_reboot": False,
     # gpuhost's record: the serving containers it deployed (layer serving).
     "record_path": "/etc/ansible/facts.d/gpuhost.fact",
+    # What drift did about the Xids so far (its cursor) and the GPUs it took out of service (xid_policy).
+    "xid_state_path": XID_STATE_PATH,
 }
 
 
@@ -277,8 +281,40 @@ def capture(io, options=None):
     else:
         caps["container_cdi_skipped"] = "docker is not running (docker layer)"
     _capture_kernel_log(io, opts, caps)
+    _capture_xid_state(io, opts, caps)
     _capture_basics(io, opts, caps, info)
     return _capture_record_state(io, opts, caps)
+
+
+def capture_xid(io, options=None):
+    """What health.xid_plans decides from, and no more (nvidia_xid_recovery): the GPU facts, the kernel log, the
+    boot id, drift's Xid state, the serving containers' inspect and the fabric manager's state."""
+    opts = dict(DEFAULT_OPTIONS, **(options or {}))
+    caps = {"gpu": capture_gpu(io, opts["nvidia_smi_path"], opts["proc_version_path"])}
+    caps["pid_exists"] = lambda pid: io.exists("/proc/%d" % int(pid))
+    caps["facts"] = build_facts(caps["gpu"], pid_exists=caps["pid_exists"])
+    systemctl = io.which("systemctl")
+    if systemctl:
+        caps["fabricmanager_active"] = (io.run([systemctl, "is-active", FABRIC_MANAGER_SERVICE])[1] or "").strip() or None
+    docker = caps["docker_path"] = io.which("docker")
+    if docker:
+        every = _run(io, [docker, "ps", "-a", "--filter", "label=" + SERVING_LABEL, "--format", "{{.Names}}"])
+        names = [n.strip() for n in _lines(every["stdout"]) if n.strip()] if every["rc"] == 0 else []
+        if names:
+            caps["serving_inspect"] = _run(io, [docker, "inspect"] + names)
+    _capture_kernel_log(io, opts, caps)
+    _capture_xid_state(io, opts, caps)
+    return caps
+
+
+def _capture_xid_state(io, opts, caps):
+    """What the Xid policy decides from (health.xid_decision): this boot's id, drift's state file, and, where the
+    kernel log has Xids, whose the GPUs' processes are (their cgroups name a serving container's id)."""
+    caps["boot_id"] = (io.read(BOOT_ID_PATH) or "").strip() or None
+    caps["xid_state"] = io.read(opts["xid_state_path"])
+    if "gpu_process_cgroups" not in caps and XID.search(_out(caps.get("kernel_log") or {})):
+        caps["gpu_process_cgroups"] = dict((p["pid"], io.read("/proc/%d/cgroup" % int(p["pid"])))
+                                           for p in caps["facts"].get("processes") or [] if p.get("pid") is not None)
 
 
 def _capture_record_state(io, opts, caps):
@@ -372,6 +408,7 @@ def _capture_containerd(io, opts, caps, ctr):
     # CRI (enable_cdi) and the device plugin, which this check does not stand in for.
     caps["container_cdi_skipped"] = "no CDI container through ctr (containerd's CDI is the CRI's, for pods)"
     _capture_kernel_log(io, opts, caps)
+    _capture_xid_state(io, opts, caps)
     _capture_basics(io, opts, caps, None)
     return caps
 

@@ -1,0 +1,121 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpuhost contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Carry out one GPU's Xid plan (xid_policy.decide_gpu) on the host: restart its serving containers, or reset it
+with only its own containers and the GPU's holders stopped, or say it must leave service.
+
+Everything runs through the host's io (host/runner.py): docker's CLI, systemctl, nvidia-smi. health(url) -> bool
+is the caller's /health probe (a serving container's OpenAI server), so the steps stay testable without a host.
+"""
+from ansible.module_utils.gpu.nvsmi_reset import parse_reset
+from ansible.module_utils.gpu.xid_policy import bus_key
+
+# The units that run the programs that hold a GPU open and block its reset (xid_policy.RESET_HOLDERS, one unit
+# each: the unit tests hold the two together): stopped
+# before a reset when active, started again after it whatever the reset's outcome.
+HOLDER_UNITS = {"nvidia-persistenced": "nvidia-persistenced.service", "nv-hostengine": "nvidia-dcgm.service",
+                "dcgm-exporter": "dcgm-exporter.service"}
+
+
+def _step(steps, what, result):
+    rc, out, err = result
+    steps.append({"step": what, "rc": rc, "output": "\n".join(x for x in ((out or "").strip(), (err or "").strip())
+                                                              if x)})
+    return rc == 0
+
+
+def _wait_healthy(steps, containers, urls, health):
+    """Each restarted container whose record has a URL answers /health (health() waits as long as it should)."""
+    ok = True
+    for name in containers:
+        url = (urls or {}).get(name)
+        if not url:
+            continue
+        answered = bool(health(url))
+        steps.append({"step": "GET %s/health (%s)" % (url, name), "rc": 0 if answered else 1,
+                      "output": "200" if answered else "no answer"})
+        ok = ok and answered
+    return ok
+
+
+def active_holder_units(io, systemctl):
+    """The holder units running now (systemctl is-active), in HOLDER_UNITS' order."""
+    if not systemctl:
+        return []
+    return [unit for unit in HOLDER_UNITS.values()
+            if (io.run([systemctl, "is-active", unit])[1] or "").strip() == "active"]
+
+
+def carry_out(io, plan, docker, smi, systemctl, urls=None, health=None):
+    """Do what the plan says. Returns {"ok": the plan was carried out, "out_of_service": the GPU is to be marked,
+    "reboot": the host is to restart (the operator allows it), "reason": why not ok, "warning": a restarted
+    container that does not answer /health, "steps": [{step, rc, output}], "reset": parse_reset's reading of
+    nvidia-smi -r}."""
+    action = plan["action"]
+    steps = []
+    outcome = {"ok": True, "out_of_service": False, "reboot": False, "reason": None, "warning": None, "steps": steps,
+               "reset": None}
+    if plan.get("blocked"):
+        return dict(outcome, ok=False, reason="; ".join(b["reason"] for b in plan["blocked"]))
+    if action == "IGNORE":
+        return outcome
+    if action == "RESTART_APP":
+        if plan["containers"] and not docker:
+            return dict(outcome, ok=False, reason="no docker CLI to restart %s" % ", ".join(plan["containers"]))
+        for name in plan["containers"]:
+            # docker restart: the container's own stop timeout (its grace period), then its start.
+            if not _step(steps, "docker restart %s" % name, io.run([docker, "restart", name])):
+                outcome.update(ok=False, reason="docker restart %s failed" % name)
+        if outcome["ok"] and health and not _wait_healthy(steps, plan["containers"], urls, health):
+            # Restarted as the catalogue says: the serving layer's check names a container that stays down.
+            outcome["warning"] = "a restarted container does not answer /health"
+        return outcome
+    if action == "RESET_GPU":
+        return _reset(io, plan, docker, smi, systemctl, urls, health, outcome)
+    # RESTART_BM, CONTACT_SUPPORT: out of service; the host restarts where the operator allows it.
+    return dict(outcome, out_of_service=True, reboot=bool(plan.get("reboot")), reason=plan["say"])
+
+
+def _reset(io, plan, docker, smi, systemctl, urls, health, outcome):
+    steps = outcome["steps"]
+    index = plan["index"]
+    stopped = []
+    for name in plan["containers"]:
+        if docker and _step(steps, "docker stop %s" % name, io.run([docker, "stop", name])):
+            stopped.append(name)
+    units = active_holder_units(io, systemctl)
+    held = []
+    for unit in units:
+        if _step(steps, "systemctl stop %s" % unit, io.run([systemctl, "stop", unit])):
+            held.append(unit)
+    missing = [c for c in plan["containers"] if c not in stopped] + [u for u in units if u not in held]
+    reset_ok = False
+    if missing:
+        outcome["reason"] = "could not stop %s, so GPU %s was not reset" % (", ".join(missing), index)
+    else:
+        rc, out, err = io.run([smi, "-r", "-i", str(index)])
+        _step(steps, "nvidia-smi -r -i %s" % index, (rc, out, err))
+        reading = outcome["reset"] = parse_reset("%s\n%s" % (out or "", err or ""))
+        reset_ok = rc == 0 and any(bus_key(b) == bus_key(plan["bus_id"]) for b in reading["reset"])
+        if not reset_ok:
+            said = ((out or "") + "\n" + (err or "")).strip().splitlines()
+            why = "; ".join("%s: %s" % (n["bus"], n["reason"]) for n in reading["not_reset"]) \
+                or (said[-1] if said else "exit %s" % rc)
+            outcome["reason"] = "nvidia-smi -r -i %s did not reset GPU %s (%s)" % (index, index, why)
+        elif not _step(steps, "nvidia-smi -q -i %s" % index, io.run([smi, "-q", "-i", str(index)])):
+            reset_ok = False
+            outcome["reason"] = "GPU %s does not answer nvidia-smi after its reset" % index
+    # Whatever the reset did: the holders and the containers go back as they were.
+    for unit in held:
+        _step(steps, "systemctl start %s" % unit, io.run([systemctl, "start", unit]))
+    for name in stopped:
+        _step(steps, "docker start %s" % name, io.run([docker, "start", name]))
+    if reset_ok and health and not _wait_healthy(steps, stopped, urls, health):
+        outcome["warning"] = "GPU %s was reset but a container on it does not answer /health" % index
+    outcome["ok"] = reset_ok
+    if not reset_ok:
+        # A GPU whose reset failed is not trusted: out of service, and a host restart where it is allowed.
+        outcome["out_of_service"] = True
+        outcome["reboot"] = plan.get("on_failure") == "RESTART_BM"
+    return outcome
