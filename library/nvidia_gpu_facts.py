@@ -40,6 +40,12 @@ options:
         is installed). A hung GPU makes nvidia-smi block; the state is then C(error).
     type: int
     default: 30
+  xid_state_path:
+    description:
+      - Drift's Xid state, written by M(nvidia_xid_recovery). The GPUs it took out of service this boot are returned
+        as I(out_of_service), and each GPU's mark as its own I(out_of_service), so nothing new is placed on them.
+    type: path
+    default: /var/lib/gpuhost/xid-state.json
 notes:
   - I(cuda_driver_version) is the highest CUDA version the driver supports, not an installed
     CUDA toolkit.
@@ -173,18 +179,26 @@ ansible_facts:
           description: Things worth a look that do not change the state.
           type: list
           elements: str
+        out_of_service:
+          description:
+            - The GPUs drift took out of service this boot (index, bus_id, uuid, since, xids, reason); each GPU of
+              I(gpus) that is out of service carries its own mark as I(out_of_service).
+          type: list
+          elements: dict
 """
 
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible.module_utils.gpu.gpu_facts import error_facts, gather
+from ansible.module_utils.gpu.xid_policy import BOOT_ID_PATH, STATE_PATH, with_out_of_service
 from ansible.module_utils.host.runner import module_host_io
 
 ARGUMENT_SPEC = dict(
     nvidia_smi_path=dict(type="path"),
     proc_version_path=dict(type="path", default="/proc/driver/nvidia/version"),
     timeout=dict(type="int", default=30),
+    xid_state_path=dict(type="path", default=STATE_PATH),
 )
 
 
@@ -195,6 +209,8 @@ def main():
         facts = gather(io, module.params["nvidia_smi_path"], module.params["proc_version_path"])
     except Exception as exc:  # a bug here must not fail the play; report it as the state
         facts = error_facts("nvidia_gpu_facts internal error: %s: %s" % (type(exc).__name__, exc))
+    path = module.params["xid_state_path"]
+    facts = with_out_of_service(facts, io.read(path), (io.read(BOOT_ID_PATH) or "").strip(), path)
     module.exit_json(changed=False, ansible_facts={"nvidia": facts})
 
 

@@ -33,6 +33,9 @@ FACT_KEYS = (
     "state", "message", "driver_version_kernel", "driver_version_userspace", "driver_branch",
     "cuda_driver_version", "gpu_count", "gpus", "processes", "pci_devices", "pci_source",
     "kernel_modules", "nvidia_smi_path", "nvidia_smi_form", "nvswitches", "fabric", "topology", "warnings",
+    # The GPUs drift took out of service this boot (an Xid that needs a restart, a failed reset): the module reads
+    # them from drift's state (xid_policy.with_out_of_service), each GPU's own under gpus[].out_of_service.
+    "out_of_service",
 )
 
 
@@ -306,6 +309,8 @@ def build_facts(captures, pid_exists=None):
         "nvidia_smi_path": captures.get("nvidia_smi_path"),
         "nvidia_smi_form": smi.get("form"),
         "warnings": warnings + list(smi.get("warnings", [])),
+        # What the host's drift state says (nvidia_gpu_facts fills it in: xid_policy.with_out_of_service).
+        "out_of_service": [],
     }
     facts.update(interconnect_facts(captures, state, gpus or pci_gpus, kernel["arch"] if kernel else None))
     facts["warnings"].extend(_consistency_warnings(facts, kernel, pci_gpus))
@@ -351,7 +356,8 @@ def error_facts(message):
     """Facts with every key, for when the pipeline itself broke (a bug, not the GPU layer)."""
     facts = dict((key, None) for key in FACT_KEYS)
     facts.update({"state": "error", "message": message, "gpu_count": 0, "gpus": [], "processes": [],
-                  "pci_devices": [], "kernel_modules": _kernel_modules(None), "nvswitches": [], "warnings": []})
+                  "pci_devices": [], "kernel_modules": _kernel_modules(None), "nvswitches": [], "warnings": [],
+                  "out_of_service": []})
     return facts
 
 

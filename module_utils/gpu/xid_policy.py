@@ -286,6 +286,18 @@ def out_of_service(state, boot_id):
                 if isinstance(mark, dict) and mark.get("boot_id") == boot_id)
 
 
+def with_out_of_service(facts, state_text, boot_id, path=STATE_PATH):
+    """The GPU facts with this boot's out-of-service marks: `out_of_service` (the marks, [] where none) and each
+    marked GPU's `out_of_service` (its mark), so that nothing is placed on such a GPU. A state file that is not
+    JSON marks nothing here (drift names it)."""
+    state, _error = read_state(state_text, path)
+    marks = out_of_service(state or {}, boot_id) if boot_id else {}
+    facts = dict(facts, out_of_service=sorted(marks.values(), key=lambda m: m.get("bus_id") or ""))
+    facts["gpus"] = [dict(g, out_of_service=marks[bus_key(g.get("pci_bus_id"))]) if bus_key(g.get("pci_bus_id")) in marks
+                     else g for g in facts.get("gpus") or []]
+    return facts
+
+
 def next_state(state, decision, outcomes, boot_id, stamp):
     """The state to write after drift carried out decide()'s plans. outcomes: {bus key: {"ok": the plan was carried
     out, "out_of_service": the GPU is to be marked (a RESTART_BM/CONTACT_SUPPORT Xid, or a reset that failed

@@ -127,13 +127,26 @@ def _gpus_text(gpus):
                                         "; MIG devices %s" % ", ".join(mig) if mig else "")
 
 
+def _out_of_service_errors(ids, indexes, gpus):
+    """An instance placed on a GPU drift took out of service this boot (the GPU facts' out_of_service)."""
+    by_index = dict((g["index"], g) for g in gpus or [] if g.get("index") is not None)
+    out = []
+    for index in indexes:
+        mark = (by_index.get(index) or {}).get("out_of_service")
+        if mark:
+            out.append("gpus %s: GPU %s (%s) is out of service since %s (%s): a host restart brings it back; until "
+                       "then place the instance on another GPU" % (", ".join(ids), index, mark.get("bus_id"),
+                                                                  mark.get("since"), mark.get("reason")))
+    return out
+
+
 def _gpu_errors(inst, gpus):
     ids, indexes = inst["gpu_ids"], inst["gpu_indexes"]
     if not ids:
         return ["gpus is empty: name this host's GPU indexes or UUIDs, or one MIG device as GPU:device or its "
                 "MIG UUID (%s)" % _gpus_text(gpus)]
     if len(indexes) == len(_unique(ids)):
-        return []
+        return _out_of_service_errors(ids, indexes, gpus)
     missing = [ref for ref in ids if gpu_named(ref, gpus) is None]
     if missing:
         return ["gpus %s: %s %s not on this host (%s)" % (", ".join(ids), ", ".join(missing),

@@ -192,3 +192,27 @@ def test_serving_containers_and_processes_are_placed_on_their_gpus():
     placed = container.gpu_processes(facts, cgroups, [whole])
     assert placed == {1: [{"pid": 11, "name": "python3", "container": "vllm-b", "serving": True},
                           {"pid": 12, "name": "train.py", "container": None, "serving": False}]}
+
+
+# --- nothing new is placed on a GPU out of service ------------------------------------------------------------------
+
+def test_the_gpu_facts_carry_this_boots_marks_and_the_vllm_role_refuses_such_a_gpu():
+    from serving import vllm_instances as vi
+    state = {"cursor": {}, "out_of_service": {"0000:00:07": {"index": 1, "bus_id": "00000000:00:07.0", "boot_id": "boot-1",
+                                                             "since": "2026-12-07T12:00:00Z", "xids": [79],
+                                                             "reason": "Xid 79 GPU has fallen off the bus"}}}
+    facts = {"state": "ok", "message": "", "gpus": [dict(g, memory_total_mib=81559) for g in GPUS[:2]]}
+    marked = xp.with_out_of_service(facts, json.dumps(state), "boot-1")
+    assert ["out_of_service" in g for g in marked["gpus"]] == [False, True]
+    assert marked["out_of_service"][0]["xids"] == [79]
+    # Another boot: the restart brought it back.
+    assert xp.with_out_of_service(facts, json.dumps(state), "boot-2")["out_of_service"] == []
+    declared = [{"name": "vllm-b", "image": "vllm/vllm-openai:v0.11.0", "gpus": [1], "port": 8001, "model": "m"}]
+    try:
+        vi.instances(declared, marked, {})
+        refused = None
+    except vi.InstancesError as exc:
+        refused = str(exc)
+    assert refused and "GPU 1 (00000000:00:07.0) is out of service since 2026-12-07T12:00:00Z (Xid 79" in refused
+    assert "place the instance on another GPU" in refused
+    assert vi.instances([dict(declared[0], gpus=[0])], marked, {})["instances"][0]["gpu_indexes"] == [0]
