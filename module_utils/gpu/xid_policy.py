@@ -130,7 +130,8 @@ def _reset_blocks(gpu, tenants, fabric_manager_needed, fabric_manager_running):
     if tenants:
         blocks.append({"kind": "tenant", "reason": "%s is used by %s, not a gpuhost serving container: a reset would "
                        "kill it, so gpuhost does not reset the GPU; stop it or move it, then run drift again"
-                       % (label, ", ".join("pid %s (%s)" % (p.get("pid"), p.get("name") or "unknown")
+                       % (label, ", ".join("pid %s (%s%s)" % (p.get("pid"), p.get("name") or "unknown",
+                                                              ", cgroup %s" % p["cgroup"] if p.get("cgroup") else "")
                                            for p in tenants))})
     if gpu.get("mig_mode") is True:
         blocks.append({"kind": "mig", "reason": "%s has MIG mode on: a reset takes down every MIG device on it, not "

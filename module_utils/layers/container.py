@@ -307,14 +307,19 @@ def gpu_processes(facts, cgroups, containers):
     """{GPU index: [{pid, name, container, serving}]}: each GPU's compute processes, a serving container's named by
     the container whose id is in the process's cgroup (cgroups: {pid: /proc/PID/cgroup text})."""
     ids = dict((c.get("Id"), _container_name(c)) for c in containers or [] if c.get("Id"))
+    # A container's own first process (docker inspect's State.Pid) is its even where the cgroup is not readable.
+    pids = dict(((c.get("State") or {}).get("Pid"), _container_name(c)) for c in containers or []
+                if (c.get("State") or {}).get("Pid"))
     out = {}
     for proc in facts.get("processes") or []:
         if proc.get("gpu_index") is None:
             continue
         text = (cgroups or {}).get(proc.get("pid")) or ""
-        owner = next((name for cid, name in ids.items() if cid in text), None)
+        owner = pids.get(proc.get("pid")) or next((name for cid, name in ids.items() if cid in text), None)
+        cgroup = text.strip().splitlines()[-1] if text.strip() else None
         out.setdefault(int(proc["gpu_index"]), []).append(
-            {"pid": proc.get("pid"), "name": proc.get("name"), "container": owner, "serving": owner is not None})
+            {"pid": proc.get("pid"), "name": proc.get("name"), "container": owner, "serving": owner is not None,
+             "cgroup": cgroup})
     return out
 
 

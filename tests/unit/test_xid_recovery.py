@@ -190,8 +190,13 @@ def test_serving_containers_and_processes_are_placed_on_their_gpus():
     facts = {"processes": [{"pid": 11, "name": "python3", "gpu_index": 1}, {"pid": 12, "name": "train.py", "gpu_index": 1}]}
     cgroups = {11: "0::/system.slice/docker-%s.scope\n" % ("c1" * 32), 12: "0::/user.slice/session-3.scope\n"}
     placed = container.gpu_processes(facts, cgroups, [whole])
-    assert placed == {1: [{"pid": 11, "name": "python3", "container": "vllm-b", "serving": True},
-                          {"pid": 12, "name": "train.py", "container": None, "serving": False}]}
+    assert placed == {1: [{"pid": 11, "name": "python3", "container": "vllm-b", "serving": True,
+                           "cgroup": "0::/system.slice/docker-%s.scope" % ("c1" * 32)},
+                          {"pid": 12, "name": "train.py", "container": None, "serving": False,
+                           "cgroup": "0::/user.slice/session-3.scope"}]}
+    # The container's own first process is its, whatever its cgroup reads.
+    whole["State"]["Pid"] = 12
+    assert [p["container"] for p in container.gpu_processes(facts, {}, [whole])[1]] == [None, "vllm-b"]
 
 
 # --- nothing new is placed on a GPU out of service ------------------------------------------------------------------
