@@ -148,7 +148,7 @@ options:
     description: The role's reboot policy; with V(never) a needed reboot is also reported as a warning.
     type: str
     default: auto
-    choices: [auto, never]
+    choices: [auto, always, never]
   nvidia_smi_path:
     description: Path whose owning package tells the installed driver version.
     type: path
@@ -487,7 +487,7 @@ def main():
             nvswitches=dict(type="list", elements="str", default=[]),
             architecture=dict(type="str"),
             fabric=dict(type="dict", default={}),
-            reboot=dict(type="str", default="auto", choices=["auto", "never"]),
+            reboot=dict(type="str", default="auto", choices=["auto", "always", "never"]),
             nvidia_smi_path=dict(type="path", default="/usr/bin/nvidia-smi"),
             record_path=dict(type="path", default="/etc/ansible/facts.d/gpuhost.fact"),
             release_operator_holds=dict(type="bool", default=False),

@@ -4,10 +4,12 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Layer `driver`: the GPU on the PCI bus, the kernel module and its version, its signature under Secure Boot,
 the next boot's module, the device nodes and NVML (userspace library against the kernel module)."""
+import json
 import re
 
 from ansible.module_utils.diagnosis import error_catalogue as catalogue
 from ansible.module_utils.gpu.host_parse import HostParseError, parse_proc_version
+from ansible.module_utils.driver.driver_reload import STATE_PATH as DRIVER_UPGRADE_PATH
 from ansible.module_utils.driver.secure_boot import module_signature_events, next_boot_problem
 from ansible.module_utils.layers.generic import basics
 from ansible.module_utils.layers.base import (
@@ -309,6 +311,39 @@ def check_next_boot(boot):
                   ev=ev, data=data)
 
 
+def check_driver_upgrade(text, loaded, path=DRIVER_UPGRADE_PATH):
+    """The last driver change's state (nvidia_driver_reload's record): a reload that stopped half way leaves serving
+    containers and NVIDIA services stopped, which this names until a run finishes it."""
+    command = "cat %s" % path
+    if not (text or "").strip():
+        return result("driver_upgrade", "driver", "ok", "no driver change in progress", ev=evidence(command))
+    try:
+        record = json.loads(text)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        return result("driver_upgrade", "driver", "warn", "%s is not a JSON object" % path,
+                      remedy="move it aside; the next driver change writes it again", ev=evidence(command, [text[:200]]))
+    state, since = record.get("state"), record.get("since")
+    change = "%s -> %s" % (record.get("from") or "none", record.get("to"))
+    ev = evidence(command, ["state: %s since %s (%s, %s)" % (state, since, change, record.get("method"))])
+    data = {"upgrade": record}
+    if state == "verified" or (loaded and loaded == record.get("to")):
+        return result("driver_upgrade", "driver", "ok", "driver change %s done (%s, %s)" % (
+            change, "reloaded without a reboot" if state == "verified" else state, since), ev=ev, data=data)
+    stopped = ", ".join((record.get("containers") or []) + (record.get("services") or []))
+    return result("driver_upgrade", "driver", "warn", "driver change %s stopped at %s (since %s)%s%s" % (
+        change, state, since, ": %s" % record["reason"] if record.get("reason") else "",
+        "; stopped for it: %s" % stopped if stopped else ""),
+        remedy="run site.yml --tags driver to finish it (it reloads the driver or reboots, and starts what it stopped)",
+        ev=ev, data=data)
+
+
+def _driver_upgrade(ctx):
+    return guarded("driver_upgrade", "driver", check_driver_upgrade, ctx.get("driver_upgrade"),
+                   ctx.facts.get("driver_version_kernel"))
+
+
 def _pci(ctx):
     return guarded("pci", "driver", check_pci, ctx.facts, ctx.gpu.get("lspci"))
 
@@ -360,4 +395,5 @@ def _nvml(ctx):
 
 
 CHECKS = {"driver_basics": basics("driver"), "pci": _pci, "kernel_module": _kernel_module,
-          "module_signature": _module_signature, "next_boot": _next_boot, "device_nodes": _device_nodes, "nvml": _nvml}
+          "module_signature": _module_signature, "next_boot": _next_boot, "driver_upgrade": _driver_upgrade,
+          "device_nodes": _device_nodes, "nvml": _nvml}

@@ -82,7 +82,7 @@ def _layer(name, title, heading=None, required=True, roles=(), tags=(), checks=(
 REGISTRY = (
     _layer("hardware", "hardware (each GPU on the bus)", checks=("hardware",), catalogue=("hardware",)),
     _layer("driver", "driver", roles=("nvidia_driver",), tags=("driver",),
-           checks=("pci", "kernel_module", "module_signature", "next_boot", "device_nodes", "nvml"),
+           checks=("pci", "kernel_module", "module_signature", "next_boot", "driver_upgrade", "device_nodes", "nvml"),
            drift=True, repair=("nvidia_driver",), catalogue=("driver",),
            # Its package names follow the branch and the source (driver_packages): dpkg's state of every NVIDIA
            # driver package is checked, the container toolkit's and the fabric manager's left to their layers.

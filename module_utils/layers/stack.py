@@ -22,6 +22,7 @@ from ansible.module_utils.containers.daemon_json import DaemonJsonError, parse a
 from ansible.module_utils.containers.dev_char import wanted_links as dev_char_links
 from ansible.module_utils.diagnosis import drift
 from ansible.module_utils.gpu.gpu_facts import build_facts, capture as capture_gpu
+from ansible.module_utils.driver.driver_reload import STATE_PATH as DRIVER_UPGRADE_PATH
 from ansible.module_utils.driver.secure_boot import boot_facts, capture as capture_boot
 from ansible.module_utils.gpu.compute_mode import DEFAULT as COMPUTE_DEFAULT
 from ansible.module_utils.host import dpkg, systemd
@@ -196,6 +197,7 @@ def capture(io, options=None):
     if opts["mig_layout"] or any(g.get("mig_mode") is True for g in facts.get("gpus") or []):
         caps["mig_lgi"] = _run(io, [facts.get("nvidia_smi_path") or opts["nvidia_smi_path"] or "nvidia-smi", "mig",
                                     "-lgi"])
+    caps["driver_upgrade"] = io.read(DRIVER_UPGRADE_PATH)
     caps["boot_caps"] = capture_boot(io)
     caps["boot"] = boot_facts(caps["boot_caps"])
     systemctl = io.which("systemctl")

@@ -686,7 +686,7 @@ def test_module_never_fails_a_broken_host(tmp_path):
     assert not res.get("failed"), res
     assert res["changed"] is False and res["failed_layer"] in ("driver", "docker")
     assert [c["name"] for c in res["checks"]] == ["hardware", "driver_basics", "pci", "kernel_module",
-                                                  "module_signature", "next_boot", "device_nodes", "nvml",
+                                                  "module_signature", "next_boot", "driver_upgrade", "device_nodes", "nvml",
                                                   "fabric_basics", "fabric",
                                                   "persistence_basics", "persistence", "mig_layout",
                                                   "docker_basics", "docker", "container_limits",
@@ -711,7 +711,7 @@ def test_fail_on_required_fails_with_the_diagnosis(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     res = json.loads(proc.stdout)
     assert res["failed"] is True and res["msg"].startswith(sc.LAYER_TITLES[res["failed_layer"]])
-    assert len(res["checks"]) == 34
+    assert len(res["checks"]) == 35
 
 
 def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
@@ -721,7 +721,7 @@ def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
     out = sc.evaluate(sc.capture(healthy_host(), PROBE_OPTS), PROBE_OPTS)
     throttle = next(c for c in out["checks"] if c["name"] == "throttle")
     assert throttle["status"] == "warn" and "internal error" in throttle["summary"]
-    assert out["failed_layer"] is None and len(out["checks"]) == 34
+    assert out["failed_layer"] is None and len(out["checks"]) == 35
 
 
 # --- CUDA initialisation in a container (NVIDIA's vectorAdd sample; tests/fixtures/cuda_probe/) --------

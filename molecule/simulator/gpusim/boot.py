@@ -145,6 +145,8 @@ def apply_state(state):
         drv["loaded"] = {"version": inst["version"], "kernel_modules": modules}
     else:
         drv["loaded"] = None
+    drv["modules"] = None   # what a boot loads (gpusim/kmod.py BOOT_MODULES)
+    state["device_users"] = []
     # The kernel's module-signing check (kernel/module/signing.c): DKMS signs with its own key, which the
     # firmware trusts only once someone enrolled it as a MOK at the console (siderolabs/talos#7174's line).
     log = ["Loading of module with unavailable key is rejected"] if rejected else []
@@ -305,6 +307,8 @@ def boot(state_path=None, root="/"):
     state = holder["state"]
     made = lay_down(state, root)
     lay_down_firmware(state, root)
+    from . import kmod  # pylint: disable=import-outside-toplevel  # kmod imports this module
+    kmod.mount_proc_modules(state, root)
     if made and os.path.abspath(root) == "/":
         run_driver_bind_rules(root)
     marker = os.path.join(root, "run/gpu-sim")

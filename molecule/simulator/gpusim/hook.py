@@ -446,7 +446,25 @@ def hook_main(argv=None, version=None, commit=None, stdin=None, stderr=None, mak
         return 1
     if real:
         nsenter_bind_reloads(pid, rootfs)
+        register_device_user(pid)
     return 0
+
+
+def register_device_user(pid, state_path=None):
+    """A container given GPUs holds the driver's device nodes while its processes run (the module's refcount:
+    gpusim/kmod.py); the entries of processes that are gone are dropped."""
+    from .smi import pid_alive  # pylint: disable=import-outside-toplevel
+
+    def fn(s):
+        users = [u for u in s.get("device_users") or [] if pid_alive(u.get("pid")) and u.get("pid") != pid]
+        s["device_users"] = users + [{"pid": int(pid)}]
+    if pid:
+        _state_mod().update(fn, state_path)
+
+
+def _state_mod():
+    from . import state  # pylint: disable=import-outside-toplevel
+    return state
 
 
 # ==================================================================================================
@@ -550,6 +568,8 @@ def _container_root(opts_spec, stdin):
         bundle = os.path.dirname(opts_spec)
     else:
         st = json.loads(stdin.read() or "{}")
+        if st.get("pid") and not os.environ.get("GPUSIM_HOOK_NO_NSENTER"):
+            register_device_user(st["pid"])
         bundle = st.get("bundle") or os.getcwd()
         with open(os.path.join(bundle, "config.json"), encoding="utf-8") as fh:
             cfg = json.load(fh)

@@ -41,7 +41,7 @@ DEFAULT_GPU = {
 DEFAULT_STATE = {
     "schema": SCHEMA,
     "gpus": [],
-    "driver": {"installed": None, "loaded": None},
+    "driver": {"installed": None, "loaded": None, "modules": None},
     # branches NVIDIA's repo offers for this distro (ubuntu-drivers candidates), newest last
     "repo_branches": ["570", "580"],
     "processes": [],
@@ -72,6 +72,8 @@ def fill_defaults(state):
     drv = state["driver"]
     drv.setdefault("installed", None)
     drv.setdefault("loaded", None)
+    # The loaded NVIDIA kernel modules (gpusim/kmod.py); None: what a boot loads, while the driver is loaded.
+    drv.setdefault("modules", None)
     for i, gpu in enumerate(state["gpus"]):
         for key, value in DEFAULT_GPU.items():
             if key not in gpu:
@@ -130,7 +132,11 @@ def update(fn, path=None):
         state = load(path)
         fn(state)
         save(state, path)
-        return state
+    if os.path.abspath(path) == os.path.abspath(DEFAULT_PATH):
+        # The simulated /proc/modules follows the state (who holds the modules, which are loaded): gpusim/kmod.py.
+        from . import kmod  # pylint: disable=import-outside-toplevel  # kmod reads the state module
+        kmod.refresh(state)
+    return state
 
 
 def visible_gpus(state, env=None):

@@ -15,7 +15,7 @@
 #   --keep-state  keep an existing /var/lib/gpu-sim/state.json (re-run of prepare)
 #   --root DIR  install under DIR instead of / (unit tests; no systemctl, no mount/mknod)
 #
-# Puts: /usr/lib/gpu-sim/gpusim/ (library), /usr/local/sbin/lspci, /usr/local/sbin/gpusim-boot,
+# Puts: /usr/lib/gpu-sim/gpusim/ (library), /usr/local/sbin/lspci, /usr/local/sbin/modprobe, /usr/local/sbin/gpusim-boot,
 # /usr/local/bin/gpusim, /etc/systemd/system/gpusim-boot.service (enabled), /var/lib/gpu-sim/state.json,
 # /usr/lib/systemd/system-generators/gpusim-daemon-reload (gpusim/reload.py).
 # Idempotent. Prints "changed" on its last line when it changed anything, "ok" otherwise.
@@ -73,6 +73,8 @@ for f in "$SRC"/gpusim/templates/*; do put "$f" "$LIB/gpusim/templates/$(basenam
 # the thin executables the packages install at the NVIDIA paths, kept here for them to copy
 for f in "$SRC"/bin/*; do put "$f" "$LIB/bin/$(basename "$f")" 0755; done
 put "$SRC/bin/lspci" "$ROOT/usr/local/sbin/lspci" 0755
+# modprobe for the NVIDIA modules (gpusim/kmod.py), ahead of kmod's on root's PATH; other modules go to kmod's
+put "$SRC/bin/modprobe" "$ROOT/usr/local/sbin/modprobe" 0755
 put "$SRC/bin/gpusim-boot" "$ROOT/usr/local/sbin/gpusim-boot" 0755
 put "$SRC/bin/gpusim" "$ROOT/usr/local/bin/gpusim" 0755
 put "$SRC/units/gpusim-boot.service" "$SYSD/gpusim-boot.service" 0644

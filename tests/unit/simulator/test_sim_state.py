@@ -11,7 +11,7 @@ from gpusim import catalogue, state as st
 def test_load_missing_file_gives_full_defaults(tmp_path):
     s = st.load(str(tmp_path / "none.json"))
     assert s["schema"] == 1 and s["gpus"] == [] and s["processes"] == [] and s["kernel_log"] == []
-    assert s["driver"] == {"installed": None, "loaded": None}
+    assert s["driver"] == {"installed": None, "loaded": None, "modules": None}
     assert s["faults"] == {"module_not_loaded": False, "missing_device_nodes": [], "persistenced_stopped": False}
     assert st.driver_state(s) == "no_driver"
 
