@@ -145,7 +145,7 @@ def _processes(io, smi):
     if smi:
         rc, out, _err = io.run([smi, "--query-compute-apps=pid,process_name", "--format=csv,noheader"])
         for line in (out or "").splitlines() if rc == 0 else []:
-            pid, _, name = line.partition(",")
+            pid, _sep, name = line.partition(",")
             if pid.strip().isdigit():
                 procs.append({"pid": int(pid.strip()), "command": name.strip().rsplit("/", 1)[-1]})
     return procs
@@ -196,7 +196,9 @@ def main():
     io = ModuleHostIO(module, timeout=params["timeout"])
     target = params["version"]
     modules = km.parse_proc_modules(io.read(PROC_MODULES))
-    loaded_modules = km.loaded_nvidia(modules)
+    # NVIDIA's own scripts read /sys/module/<name>; /proc/modules says the same and the state (Unloading).
+    loaded_modules = [m for m in km.NVIDIA_MODULES if io.exists("/sys/module/%s/initstate" % m)] \
+        or km.loaded_nvidia(modules)
     loaded = _loaded_version(io)
     release = platform.release()
     dep = io.read("/lib/modules/%s/modules.dep" % release) or ""
@@ -242,7 +244,7 @@ def main():
 
     job.state("reloading", containers=stopped, services=services)
     modprobe = io.which("modprobe") or "modprobe"
-    unload = dr.unload_order(km.loaded_nvidia(km.parse_proc_modules(io.read(PROC_MODULES))) or loaded_modules)
+    unload = dr.unload_order(loaded_modules)
     if unload:
         rc, out, err = job.run([modprobe, "-r"] + unload)
         if rc != 0:

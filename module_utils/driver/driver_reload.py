@@ -39,7 +39,7 @@ def gets_gpus(container):
     if gpu_requests(container.get("HostConfig")):
         return True
     for item in (container.get("Config") or {}).get("Env") or []:
-        key, _, value = str(item).partition("=")
+        key, _sep, value = str(item).partition("=")
         if key == VISIBLE and value.strip() not in ("", "void", "none"):
             return True
     return False
@@ -62,9 +62,11 @@ def holders(containers, processes, service_pids, cgroups=None):
     mine = [c for c in running if ours(c)]
     foreign = [{"container": _name(c), "what": "container %s (%s) is given GPUs and is not a gpuhost serving container"
                 % (_name(c), (c.get("Config") or {}).get("Image") or "?")} for c in running if not ours(c)]
+    # Every active NVIDIA service is stopped for the reload, whether or not fuser saw its files.
+    services = set(service_pids.values())
     by_id = dict((c.get("Id"), c) for c in running if c.get("Id"))
     by_pid = dict(((c.get("State") or {}).get("Pid"), c) for c in running if (c.get("State") or {}).get("Pid"))
-    services, seen = set(), set()
+    seen = set()
     for proc in processes or []:
         pid = proc.get("pid")
         if pid in seen:
@@ -102,25 +104,30 @@ def decide(target, loaded, modules, module_for_kernel, module_version, held, stu
         return {"method": "reboot", "reason": "the running kernel has no nvidia module for driver %s (modules.dep): "
                 "the new module is built for another kernel" % target}
     if module_version and module_version != target:
-        return {"method": "reboot", "reason": "the running kernel's nvidia module is %s, not %s" % (module_version,
-                                                                                                 target)}
+        return {"method": "reboot",
+                "reason": "the running kernel's nvidia module is %s, not %s" % (module_version, target)}
     if held["foreign"]:
         return {"method": "reboot", "reason": "held by what gpuhost does not stop: %s"
                 % "; ".join(h["what"] for h in held["foreign"])}
     return {"method": "reload", "reason": "%s -> %s: stop %s, unload %s, load %s" % (
         loaded or "none", target, ", ".join(held["containers"] + held["services"]) or "nothing",
-        ", ".join(modules) or "nothing", target)}
+        ", ".join(unload_order(modules)), target)}
+
+
+# What a boot loads where the kernel does not say which are loaded (no /sys/module/<name>, no /proc/modules):
+# `modprobe -r` skips a module that is not loaded without a word (kmod 29-34), so asking for all four is safe.
+BOOT_MODULES = ("nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia")
 
 
 def unload_order(modules):
-    """The loaded NVIDIA modules in the order `modprobe -r` takes them (dependents first)."""
-    return [name for name in NVIDIA_MODULES if name in (modules or [])]
+    """The loaded NVIDIA modules in the order `modprobe -r` takes them (dependents first); the boot's four where
+    none is known."""
+    return [name for name in NVIDIA_MODULES if name in (modules or BOOT_MODULES)]
 
 
 def load_order(modules):
     """The modules to load again, nvidia first (each `modprobe` loads what it depends on)."""
-    order = [name for name in reversed(NVIDIA_MODULES) if name in (modules or [])]
-    return order or ["nvidia", "nvidia_uvm"]
+    return [name for name in reversed(NVIDIA_MODULES) if name in (modules or BOOT_MODULES)]
 
 
 def service_start_order(units):

@@ -135,8 +135,8 @@ def _out_of_service_errors(ids, indexes, gpus):
         mark = (by_index.get(index) or {}).get("out_of_service")
         if mark:
             out.append("gpus %s: GPU %s (%s) is out of service since %s (%s): a host restart brings it back; until "
-                       "then place the instance on another GPU" % (", ".join(ids), index, mark.get("bus_id"),
-                                                                  mark.get("since"), mark.get("reason")))
+                       "then place the instance on another GPU"
+                       % (", ".join(ids), index, mark.get("bus_id"), mark.get("since"), mark.get("reason")))
     return out
 
 
