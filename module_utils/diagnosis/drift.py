@@ -11,6 +11,7 @@ Pure but for the two readers at the end (dpkg_state, serving_state), which take 
 """
 
 from ansible.module_utils.containers.daemon_json import DaemonJsonError, parse as parse_json_object
+from ansible.module_utils.gpu.xid_policy import gpu_label
 # DPKG_FORMAT: the format dpkg_state asks dpkg-query for (host/dpkg.py's, one for every reader).
 from ansible.module_utils.host.dpkg import FORMAT as DPKG_FORMAT  # pylint: disable=unused-import
 from ansible.module_utils.host.dpkg import parse as parse_dpkg, query_argv
@@ -47,6 +48,11 @@ def parse_dpkg_status(stdout):
     return dict((name, dict(state, version=state["version"] or "")) for name, state in parse_dpkg(stdout).items())
 
 
+def _driver_broken(stack):
+    """The driver cannot serve a GPU (not installed, not loaded, a GPU off the bus): no drift role repairs that."""
+    return stack.get("gpu_state") in ("no_driver", "driver_not_loaded", "error")
+
+
 def driver_findings(record, stack, dpkg, allow_reboot, serving):
     rec = record.get("driver") or {}
     recorded = rec.get("version")
@@ -69,7 +75,7 @@ def driver_findings(record, stack, dpkg, allow_reboot, serving):
         out.append(finding("driver_changed",
                            "driver %s is loaded, %s was converged — the runtime configuration and CDI spec "
                            "must follow (handler chain `gpuhost driver changed`)" % (loaded, recorded), AUTO))
-    elif state in ("no_driver", "driver_not_loaded", "error"):
+    elif _driver_broken(stack):
         out.append(finding("driver_broken", "driver layer: %s" % (stack.get("message") or state), MANUAL))
     if stranded:
         out.append(finding("kernel_stranded", "driver layer: %s" % boot.get("summary"), MANUAL))
@@ -157,6 +163,10 @@ def container_findings(record, stack, dpkg, allow_reboot, serving):
     if failed and not fresh:
         return []
     summary = fresh[0].get("summary") if fresh else _stack_layer(stack, "container").get("summary")
+    if _driver_broken(stack):
+        # The driver below fails the container (e.g. "GPU is lost"): the toolkit role cannot repair that.
+        return [finding("gpus_broken", "containers: %s (the driver layer fails below them: see it first)"
+                        % (summary or "failed"), MANUAL)]
     return [finding("gpus_broken", "containers: %s" % (summary or "failed"), AUTO)]
 
 
@@ -199,8 +209,8 @@ def health_findings(record, stack, dpkg, allow_reboot, serving):
         else:
             out.append(finding("xid_out_of_service", plan["say"], AUTO))
     for mark in data.get("out_of_service") or []:
-        out.append(finding("gpu_out_of_service", "GPU %s (%s) is out of service since %s (%s): a host restart brings "
-                           "it back" % (mark.get("index"), mark.get("bus_id"), mark.get("since"), mark.get("reason")),
+        out.append(finding("gpu_out_of_service", "%s is out of service since %s (%s): a host restart brings it back"
+                           % (gpu_label(mark.get("index"), mark.get("bus_id")), mark.get("since"), mark.get("reason")),
                            REBOOT if allow_reboot else MANUAL))
     return out
 

@@ -118,9 +118,16 @@ def _name(proc):
     return (proc.get("name") or "").rsplit("/", 1)[-1]
 
 
+def gpu_label(index, bus_id, name=None):
+    """"GPU 1 (0000:31:00.0, NVIDIA L4)"; a GPU off the bus has no index any more (nvidia-smi no longer lists it), so
+    its bus id names it."""
+    if index is None:
+        return "GPU %s%s" % (bus_id, " (%s)" % name if name else "")
+    return "GPU %s (%s%s)" % (index, bus_id, ", %s" % name if name else "")
+
+
 def _label(gpu):
-    return "GPU %s (%s%s)" % (gpu.get("index"), gpu.get("pci_bus_id"),
-                              ", %s" % gpu["name"] if gpu.get("name") else "")
+    return gpu_label(gpu.get("index"), gpu.get("pci_bus_id"), gpu.get("name"))
 
 
 def _reset_blocks(gpu, tenants, fabric_manager_needed, fabric_manager_running):

@@ -6,7 +6,7 @@
 compute modes that keep processes off a GPU."""
 from ansible.module_utils.diagnosis import error_catalogue as catalogue
 from ansible.module_utils.gpu.compute_mode import DEFAULT, context_blocked, mps_served, processes_by_gpu
-from ansible.module_utils.gpu.xid_policy import decide, out_of_service, read_state, xid_events
+from ansible.module_utils.gpu.xid_policy import decide, gpu_label, out_of_service, read_state, xid_events
 from ansible.module_utils.layers.base import (
     MAX_EVIDENCE_LINES, _cmd, _grep, _kernel_log_unread, evidence, guarded, result)
 from ansible.module_utils.layers.container import gpu_processes, inspected_containers, serving_by_gpu
@@ -147,7 +147,7 @@ def _xid_pending(xids, decision, marks, ev, data):
     plans = [p for p in decision["gpus"] if p["action"] != "IGNORE"]
     data = dict(data, plans=decision["gpus"], out_of_service=sorted(marks.values(), key=lambda m: m.get("bus_id")))
     lines = [p["say"] for p in plans] + [
-        "GPU %s (%s) is out of service since %s: %s" % (m.get("index"), m.get("bus_id"), m.get("since"), m.get("reason"))
+        "%s is out of service since %s: %s" % (gpu_label(m.get("index"), m.get("bus_id")), m.get("since"), m.get("reason"))
         for m in data["out_of_service"]]
     if lines:
         remedy = []

@@ -154,3 +154,21 @@ def test_a_host_with_only_manual_drift_runs_no_role():
     pending = compare(RECORD, stack(loaded="580.95.05", gpu_state="version_mismatch"), dpkg, {"vllm-a": {"running": True}})
     assert pending["drifted"] and pending["repairable"] == []
     assert pending["repair_roles"] == []
+
+
+def test_containers_that_fail_because_a_gpu_fell_off_the_bus_are_not_the_toolkits_to_repair():
+    # The L4 lost (Xid 79): every fresh --gpus container fails ("GPU is lost"); the toolkit role cannot mend that,
+    # so a drift run must not run it (it would fail and stop the Xid policy's out-of-service mark).
+    lost = stack(gpu_state="error", failing=("driver", "container"))
+    lost["message"] = "hardware (each GPU on the bus): GPU 1 (0000:31:00.0) fell off the bus (Xid 79)"
+    lost["checks"].append({"name": "gpus_all", "layer": "container", "status": "fail",
+                           "summary": "--gpus all: the container failed"})
+    out = compare(RECORD, lost, HELD, {"vllm-a": {"running": True}})
+    found = out["layers"]["container"]["findings"]
+    assert [f["code"] for f in found] == ["gpus_broken"] and found[0]["repair"] == MANUAL
+    assert "driver layer" in found[0]["message"]
+    assert "nvidia_container_toolkit" not in out["repair_roles"]
+    # The same failure with a working driver is the container layer's roles' (the toolkit, the CDI spec).
+    alone = stack(failing=("container",))
+    alone["checks"] = lost["checks"]
+    assert "nvidia_container_toolkit" in compare(RECORD, alone, HELD, {"vllm-a": {"running": True}})["repair_roles"]

@@ -122,6 +122,8 @@ def test_a_gpu_off_the_bus_is_planned_by_its_address_when_nvidia_smi_lists_no_gp
     decision = xp.decide(read_fixture("xid", "dmesg-T_535.161.07"), [], None, "boot-1")
     assert [(p["index"], p["bus_id"], p["action"]) for p in decision["gpus"]] == [(None, "0000:a1:00", "RESTART_BM")]
     assert decision["unmapped"] == []
+    # Named by its address: it has no index any more.
+    assert decision["gpus"][0]["say"].startswith("GPU 0000:a1:00: Xid 79")
 
 
 def test_the_state_file_that_is_not_json_is_named_never_overwritten():
