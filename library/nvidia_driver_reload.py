@@ -104,7 +104,7 @@ from ansible.module_utils.driver import driver_reload as dr
 from ansible.module_utils.driver import kernel_modules as km
 from ansible.module_utils.driver.secure_boot import dep_module_path
 from ansible.module_utils.gpu.host_parse import HostParseError, parse_proc_version
-from ansible.module_utils.host.runner import ModuleHostIO
+from ansible.module_utils.host.runner import ModuleHostIO, step_record
 from ansible.module_utils.runs.atomic_file import read_text, write_atomic
 
 PROC_MODULES = "/proc/modules"
@@ -173,10 +173,9 @@ class Reload(object):
         self.record = {}
 
     def run(self, argv, what=None):
-        rc, out, err = self.io.run(argv)
-        self.steps.append({"step": what or " ".join(argv), "rc": rc,
-                           "output": "\n".join(x for x in ((out or "").strip(), (err or "").strip()) if x)})
-        return rc, out, err
+        result = self.io.run(argv)
+        self.steps.append(step_record(what or " ".join(argv), result))
+        return result
 
     def state(self, name, **more):
         self.record = dict(self.record, state=name, since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **more)

@@ -96,22 +96,21 @@ import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.diagnosis.drift import read_record
 from ansible.module_utils.gpu.xid_policy import bus_key, next_state, out_of_service, read_state
 from ansible.module_utils.gpu.xid_recovery import carry_out
 from ansible.module_utils.host.runner import ModuleHostIO
 from ansible.module_utils.layers.health import xid_plans
 from ansible.module_utils.layers.stack import capture_xid, kernel_log_argv
 from ansible.module_utils.runs.atomic_file import read_text, write_atomic
-from ansible.module_utils.urls import open_url
+from ansible.module_utils.runs.converged import health_code
 
 
-def _urls(record_text):
-    """{container name: URL} of the record's serving instances."""
-    try:
-        record = json.loads(record_text or "{}")
-    except ValueError:
-        return {}
-    instances = (record.get("vllm") or {}).get("instances") if isinstance(record, dict) else None
+def _urls(record_text, path):
+    """{container name: URL} of the record's serving instances (none where the record is not JSON: the health
+    check then waits for nothing it cannot name)."""
+    vllm = (read_record(record_text, path)[0] or {}).get("vllm")
+    instances = vllm.get("instances") if isinstance(vllm, dict) else None
     if not isinstance(instances, dict):
         return {}
     return dict((name, inst.get("url")) for name, inst in instances.items() if isinstance(inst, dict) and inst.get("url"))
@@ -120,15 +119,12 @@ def _urls(record_text):
 def _health_probe(timeout):
     def healthy(url):
         deadline = time.time() + timeout
-        while True:
-            try:
-                if open_url(url.rstrip("/") + "/health", timeout=10).getcode() == 200:
-                    return True
-            except Exception:  # pylint: disable=broad-except  # not answering yet: a refused or reset connection
-                pass
+        while health_code(url, 10) != 200:
+            # Not answering yet: a refused or reset connection while the server starts.
             if time.time() >= deadline:
                 return False
             time.sleep(1)
+        return True
     return healthy
 
 
@@ -164,7 +160,7 @@ def main():
     state = read_state(old_text, params["state_path"])[0]
     boot_id = decision["cursor"]["boot_id"]
     smi = caps["facts"].get("nvidia_smi_path") or params["nvidia_smi_path"] or io.which("nvidia-smi") or "nvidia-smi"
-    urls = _urls(read_text(params["record_path"]))
+    urls = _urls(read_text(params["record_path"]), params["record_path"])
     outcomes = {}
     for plan in decision["gpus"]:
         if module.check_mode:

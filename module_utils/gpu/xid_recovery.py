@@ -10,6 +10,7 @@ is the caller's /health probe (a serving container's OpenAI server), so the step
 """
 from ansible.module_utils.gpu.nvsmi_reset import parse_reset
 from ansible.module_utils.gpu.xid_policy import bus_key
+from ansible.module_utils.host.runner import step_record
 
 # The units that run the programs that hold a GPU open and block its reset (xid_policy.RESET_HOLDERS, one unit
 # each: the unit tests hold the two together): stopped
@@ -19,10 +20,8 @@ HOLDER_UNITS = {"nvidia-persistenced": "nvidia-persistenced.service", "nv-hosten
 
 
 def _step(steps, what, result):
-    rc, out, err = result
-    steps.append({"step": what, "rc": rc, "output": "\n".join(x for x in ((out or "").strip(), (err or "").strip())
-                                                              if x)})
-    return rc == 0
+    steps.append(step_record(what, result))
+    return result[0] == 0
 
 
 def _wait_healthy(steps, containers, urls, health):

@@ -46,6 +46,12 @@ def command_line(argv, merge_stderr=False):
     return " ".join(shlex.quote(str(part)) for part in argv) + (" 2>&1" if merge_stderr else "")
 
 
+def step_record(what, result):
+    """One step a module carried out, for its result: {step, rc, output} (stdout and stderr, stripped, joined)."""
+    rc, out, err = result
+    return {"step": what, "rc": rc, "output": "\n".join(x for x in ((out or "").strip(), (err or "").strip()) if x)}
+
+
 class HostIO(object):
     """Host access: commands through run() and which() (each backend's own), files read here.
 

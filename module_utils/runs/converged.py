@@ -129,6 +129,15 @@ def differences(recorded, current):
     return found
 
 
+def health_code(url, timeout):
+    """What a serving container's /health answers: 200 when healthy, else the HTTP code or why it did not answer.
+    The host's own serving address: never through a proxy."""
+    try:
+        return open_url(url.rstrip("/") + "/health", timeout=timeout, validate_certs=False, use_proxy=False).getcode()
+    except Exception as exc:  # pylint: disable=broad-except  # any failure to answer is the same finding
+        return getattr(exc, "code", None) or str(exc)
+
+
 def health_problems(instances, status, timeout):
     """Serving containers that are not running, or whose /health does not answer 200, as messages."""
     problems = []
@@ -139,12 +148,7 @@ def health_problems(instances, status, timeout):
         url = instances[name].get("url")
         if not url:
             continue
-        try:
-            # The host's own serving address: never through a proxy.
-            code = open_url(url.rstrip("/") + "/health", timeout=timeout, validate_certs=False,
-                            use_proxy=False).getcode()
-        except Exception as exc:  # any failure to answer is the same finding: not healthy
-            code = getattr(exc, "code", None) or str(exc)
+        code = health_code(url, timeout)
         if code != 200:
             problems.append("serving: %s/health answered %s" % (url.rstrip("/"), code))
     return problems
