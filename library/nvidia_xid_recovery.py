@@ -19,8 +19,9 @@ description:
   - C(IGNORE) reports only. C(RESTART_APP) restarts the serving containers (label C(gpuhost.layer=vllm)) on that
     GPU and waits for their /health. C(RESET_GPU) stops only that GPU's serving containers (their stop timeout)
     and the programs that hold every GPU open (nvidia-persistenced, nv-hostengine, dcgm-exporter, where their
-    units run), runs C(nvidia-smi -r -i N), checks the GPU answers C(nvidia-smi -q -i N), then starts them all
-    again; a reset that fails marks the GPU out of service, and asks for a host restart where O(allow_reboot).
+    units run), runs C(nvidia-smi -r -i N), checks the GPU answers C(nvidia-smi -q -i N) and, where
+    O(cuda_probe_image) is set, that CUDA runs a kernel on it (NVIDIA's vectorAdd in a C(--gpus device=N) container,
+    never pulled), then starts them all again; a reset that fails marks the GPU out of service, and asks for a host restart where O(allow_reboot).
     C(RESTART_BM) (Xid 79, fallen off the bus) and C(CONTACT_SUPPORT) mark the GPU out of service for this boot,
     and ask for a host restart only where O(allow_reboot).
   - A reset is refused, naming why, on a GPU another tenant's process uses (named), on a GPU in MIG mode, and on
@@ -51,6 +52,18 @@ options:
     description: Seconds a restarted serving container gets to answer /health.
     type: int
     default: 300
+  cuda_probe_image:
+    description:
+      - The CUDA probe image run on a GPU after its reset (gpu_stack_check's, NVIDIA's vectorAdd sample). A probe that
+        fails means the reset did not bring the GPU back; an image not on the host is a warning (it is never pulled).
+        Empty, no probe.
+    type: str
+    default: ""
+  cuda_probe_command:
+    description: The command run in the CUDA probe image.
+    type: list
+    elements: str
+    default: [/cuda-samples/vectorAdd]
   nvidia_smi_path:
     description: nvidia-smi to run (default, found on PATH).
     type: path
@@ -72,7 +85,7 @@ gpus:
   description:
     - Per GPU with new Xids, its plan (index, bus_id, uuid, action, xids with each one's action and words, containers,
       holders, tenants, blocked, steps, say) and what was done (outcome, with ok, out_of_service, reboot, reason,
-      warning, steps each with its rc and output, and the reset's reading).
+      warning, steps each with its rc and output, the reset's reading, and the CUDA probe's result after a reset).
   returned: always
   type: list
   elements: dict
@@ -100,6 +113,7 @@ from ansible.module_utils.diagnosis.drift import read_record
 from ansible.module_utils.gpu.xid_policy import bus_key, next_state, out_of_service, read_state
 from ansible.module_utils.gpu.xid_recovery import carry_out
 from ansible.module_utils.host.runner import ModuleHostIO
+from ansible.module_utils.layers.base import DEFAULT_CUDA_PROBE_COMMAND
 from ansible.module_utils.layers.health import xid_plans
 from ansible.module_utils.layers.stack import capture_xid, kernel_log_argv
 from ansible.module_utils.runs.atomic_file import read_text, write_atomic
@@ -135,6 +149,8 @@ def main():
         record_path=dict(type="path", default="/etc/ansible/facts.d/gpuhost.fact"),
         allow_reboot=dict(type="bool", default=False),
         health_timeout=dict(type="int", default=300),
+        cuda_probe_image=dict(type="str", default=""),
+        cuda_probe_command=dict(type="list", elements="str", default=list(DEFAULT_CUDA_PROBE_COMMAND)),
         nvidia_smi_path=dict(type="path"),
         timeout=dict(type="int", default=120),
     ), supports_check_mode=True)
@@ -166,10 +182,11 @@ def main():
         if module.check_mode:
             outcome = {"ok": not plan["blocked"], "out_of_service": plan["action"] in ("RESTART_BM", "CONTACT_SUPPORT"),
                        "reboot": plan["reboot"], "reason": None, "warning": None, "steps": [], "reset": None,
-                       "predicted": True}
+                       "cuda_probe": None, "predicted": True}
         else:
             outcome = carry_out(io, plan, caps.get("docker_path"), smi, io.which("systemctl"), urls,
-                                _health_probe(params["health_timeout"]))
+                                _health_probe(params["health_timeout"]),
+                                {"image": params["cuda_probe_image"], "command": params["cuda_probe_command"]})
         outcomes[bus_key(plan["bus_id"])] = outcome
         plan["outcome"] = outcome
     new = next_state(state, decision, outcomes, boot_id, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))

@@ -10,7 +10,9 @@ is the caller's /health probe (a serving container's OpenAI server), so the step
 """
 from ansible.module_utils.gpu.nvsmi_reset import parse_reset
 from ansible.module_utils.gpu.xid_policy import bus_key
-from ansible.module_utils.host.runner import step_record
+from ansible.module_utils.host.runner import command_line, step_record
+from ansible.module_utils.layers.base import DEFAULT_CUDA_PROBE_COMMAND
+from ansible.module_utils.layers.container import check_cuda_probe
 
 # The units that run the programs that hold a GPU open and block its reset (xid_policy.RESET_HOLDERS, one unit
 # each: the unit tests hold the two together): stopped
@@ -38,6 +40,20 @@ def _wait_healthy(steps, containers, urls, health):
     return ok
 
 
+def cuda_probe(io, steps, docker, index, probe):
+    """NVIDIA's vectorAdd on the reset GPU alone (the stack check's CUDA probe, `--gpus device=N`; the image is never
+    pulled): the check's result, or None where no probe image is set (probe: {"image", "command"})."""
+    if not (probe and probe.get("image") and docker):
+        return None
+    command = list(probe.get("command") or DEFAULT_CUDA_PROBE_COMMAND)
+    flag = "--gpus device=%s" % index
+    argv = [docker, "run", "--rm", "--pull", "never", "--network", "none"] + flag.split() + [probe["image"]] + command
+    rc, out, err = io.run(argv)
+    steps.append(step_record(command_line(argv), (rc, out, err)))
+    return check_cuda_probe({"argv": argv, "rc": rc, "stdout": out or "", "stderr": err or ""}, probe["image"], command,
+                            gpus=flag)
+
+
 def active_holder_units(io, systemctl):
     """The holder units running now (systemctl is-active), in HOLDER_UNITS' order."""
     if not systemctl:
@@ -46,15 +62,16 @@ def active_holder_units(io, systemctl):
             if (io.run([systemctl, "is-active", unit])[1] or "").strip() == "active"]
 
 
-def carry_out(io, plan, docker, smi, systemctl, urls=None, health=None):
+def carry_out(io, plan, docker, smi, systemctl, urls=None, health=None, probe=None):
     """Do what the plan says. Returns {"ok": the plan was carried out, "out_of_service": the GPU is to be marked,
     "reboot": the host is to restart (the operator allows it), "reason": why not ok, "warning": a restarted
-    container that does not answer /health, "steps": [{step, rc, output}], "reset": parse_reset's reading of
-    nvidia-smi -r}."""
+    container that does not answer /health or a CUDA probe that could not run, "steps": [{step, rc, output}], "reset":
+    parse_reset's reading of nvidia-smi -r, "cuda_probe": the CUDA probe on the reset GPU (None where not run)}.
+    probe: the CUDA probe image and command run on a GPU after its reset ({"image", "command"}; None: not run)."""
     action = plan["action"]
     steps = []
     outcome = {"ok": True, "out_of_service": False, "reboot": False, "reason": None, "warning": None, "steps": steps,
-               "reset": None}
+               "reset": None, "cuda_probe": None}
     if plan.get("blocked"):
         return dict(outcome, ok=False, reason="; ".join(b["reason"] for b in plan["blocked"]))
     if action == "IGNORE":
@@ -71,12 +88,16 @@ def carry_out(io, plan, docker, smi, systemctl, urls=None, health=None):
             outcome["warning"] = "a restarted container does not answer /health"
         return outcome
     if action == "RESET_GPU":
-        return _reset(io, plan, docker, smi, systemctl, urls, health, outcome)
+        return _reset(io, plan, docker, smi, systemctl, urls, health, outcome, probe)
     # RESTART_BM, CONTACT_SUPPORT: out of service; the host restarts where the operator allows it.
     return dict(outcome, out_of_service=True, reboot=bool(plan.get("reboot")), reason=plan["say"])
 
 
-def _reset(io, plan, docker, smi, systemctl, urls, health, outcome):
+def _warn(outcome, text):
+    outcome["warning"] = "; ".join(w for w in (outcome["warning"], text) if w)
+
+
+def _reset(io, plan, docker, smi, systemctl, urls, health, outcome, probe=None):
     steps = outcome["steps"]
     index = plan["index"]
     stopped = []
@@ -108,10 +129,18 @@ def _reset(io, plan, docker, smi, systemctl, urls, health, outcome):
     # Whatever the reset did: the holders and the containers go back as they were.
     for unit in held:
         _step(steps, "systemctl start %s" % unit, io.run([systemctl, "start", unit]))
+    if reset_ok:
+        # nvidia-smi answering is NVML; CUDA initialising and running a kernel on it is what serving needs.
+        probed = outcome["cuda_probe"] = cuda_probe(io, steps, docker, index, probe)
+        if probed and probed["status"] == "fail":
+            reset_ok = False
+            outcome["reason"] = "GPU %s was reset but %s" % (index, probed["summary"])
+        elif probed and probed["status"] != "ok":
+            _warn(outcome, "GPU %s was reset; %s" % (index, probed["summary"]))
     for name in stopped:
         _step(steps, "docker start %s" % name, io.run([docker, "start", name]))
     if reset_ok and health and not _wait_healthy(steps, stopped, urls, health):
-        outcome["warning"] = "GPU %s was reset but a container on it does not answer /health" % index
+        _warn(outcome, "GPU %s was reset but a container on it does not answer /health" % index)
     outcome["ok"] = reset_ok
     if not reset_ok:
         # A GPU whose reset failed is not trusted: out of service, and a host restart where it is allowed.

@@ -212,10 +212,11 @@ def check_container(cap, host_uuids, image, mode="gpus", name=None, engine="dock
     return result(name, "container", status, "%s: %s" % (flag, summary), remedy=remedy, ev=ev, data=data)
 
 
-def check_cuda_probe(cap, image, command=DEFAULT_CUDA_PROBE_COMMAND, skipped=None, engine="docker"):
+def check_cuda_probe(cap, image, command=DEFAULT_CUDA_PROBE_COMMAND, skipped=None, engine="docker", gpus=None):
     """NVIDIA's vectorAdd sample in a --gpus all container (on containerd, `ctr run` through the nvidia
-    runtime): CUDA initialises, allocates and runs a kernel."""
-    words = ENGINE_WORDS[engine]
+    runtime): CUDA initialises, allocates and runs a kernel. gpus: the flag where it is not all GPUs (one GPU just
+    reset: `--gpus device=1`)."""
+    words = dict(ENGINE_WORDS[engine], gpus=gpus) if gpus else ENGINE_WORDS[engine]
     cmd = "%s %s %s %s" % (words["run"], words["gpus"], image, " ".join(command))
     if cap is None:
         return result("container_cuda", "container", "skipped", skipped or "not run", ev=evidence(cmd))

@@ -64,6 +64,46 @@ def test_a_reset_stops_only_that_gpus_containers_and_the_running_holders_then_st
     assert healthy == ["http://127.0.0.1:8000"]
 
 
+PROBE = {"image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04", "command": ["/cuda-samples/vectorAdd"]}
+PROBE_RUN = "docker run --rm --pull never --network none --gpus device=0 " + PROBE["image"]
+
+
+def test_after_a_reset_cuda_runs_a_kernel_on_that_gpu_alone_before_its_containers_start():
+    # NVIDIA's vectorAdd, as gpu-operator#346 printed it.
+    io = FakeIO({"nvidia-smi -r -i 0": (0, SUCCESS, ""),
+                 PROBE_RUN: (0, read_fixture("cuda_probe", "001_success_gpu-operator-346.txt"), "")},
+                active={"nvidia-persistenced.service"})
+    out = xr.carry_out(io, a100_plan(), "docker", "nvidia-smi", "systemctl", probe=PROBE)
+    acted = [r for r in io.ran if "is-active" not in r]
+    assert acted[3:] == ["nvidia-smi -q -i 0", "systemctl start nvidia-persistenced.service",
+                         PROBE_RUN + " /cuda-samples/vectorAdd", "docker start vllm-a"]
+    assert out["ok"] and out["cuda_probe"]["status"] == "ok" and out["warning"] is None
+    assert "--gpus device=0" in out["cuda_probe"]["summary"]
+
+
+def test_a_reset_gpu_on_which_cuda_fails_is_not_trusted():
+    # gpu-operator#1146: the vectorAdd of a GPU that logged Xid 48 and 64 ("unknown error").
+    failed = read_fixture("cuda_probe", "012_other-unknown-error-gpu-fault_gpu-operator-1146.txt")
+    io = FakeIO({"nvidia-smi -r -i 0": (0, SUCCESS, ""), PROBE_RUN: (1, "", failed)})
+    out = xr.carry_out(io, a100_plan(), "docker", "nvidia-smi", "systemctl", probe=PROBE)
+    assert not out["ok"] and out["out_of_service"]
+    assert out["reason"].startswith("GPU 0 was reset but CUDA fails in a --gpus device=0 container")
+    # Its containers go back as they were all the same.
+    assert io.ran[-1] == "docker start vllm-a"
+
+
+def test_a_probe_image_not_on_the_host_leaves_the_reset_standing_with_a_warning():
+    # docker's own words for an image absent under --pull never.
+    absent = 'docker: Error response from daemon: No such image: %s.\nSee \'docker run --help\'.\n' % PROBE["image"]
+    io = FakeIO({"nvidia-smi -r -i 0": (0, SUCCESS, ""), PROBE_RUN: (125, "", absent)})
+    out = xr.carry_out(io, a100_plan(), "docker", "nvidia-smi", "systemctl", probe=PROBE)
+    assert out["ok"] and "is not on the host" in out["warning"]
+    # No probe image: nothing run beyond nvidia-smi.
+    io = FakeIO({"nvidia-smi -r -i 0": (0, SUCCESS, "")})
+    assert xr.carry_out(io, a100_plan(), "docker", "nvidia-smi", "systemctl", probe={"image": ""})["cuda_probe"] is None
+    assert not any(" run " in r for r in io.ran)
+
+
 def test_a_refused_reset_puts_everything_back_and_marks_the_gpu():
     io = FakeIO({"nvidia-smi -r -i 0": (255, IN_USE, "")}, active={"nvidia-persistenced.service"})
     out = xr.carry_out(io, a100_plan(), "docker", "nvidia-smi", "systemctl")
