@@ -11,7 +11,8 @@ Outputs that another gpuhost command reads are answered with that command's read
 (`command` in --json) names it: `nvidia-smi topo -m` / `topo -p2p` (gpuhost topo), a Fabric excerpt of -q
 (gpuhost fabric), `nvidia-smi mig -lgip/-lgipp/-lgi/-lci` (gpuhost mig), `mokutil --sb-state`,
 `mokutil --test-key` and /sys/kernel/security/lockdown (gpuhost secure-boot), `nvidia-smi -r` (which GPUs were
-reset, which not and why, with gpuhost explain's fix for a refusal). A -q or -q -x with Fabric
+reset, which not and why, with gpuhost explain's fix for a refusal), `dcgmi diag -j` of DCGM 4 (each GPU's tests,
+the failed ones with DCGM's warning and error id, the skipped ones as not proven). A -q or -q -x with Fabric
 blocks (or a paste of an output and a Fabric excerpt) gets its facts and gpuhost fabric's reading. Any other
 text that holds a known GPU-stack error gets gpuhost explain's findings.
 
@@ -24,7 +25,7 @@ import sys
 
 from ansible.module_utils.diagnosis.explain import ExplainError, explain, render_text as explain_text
 from ansible.module_utils.driver import secure_boot as sb
-from ansible.module_utils.gpu import gpu_topology, nvsmi_parse, nvsmi_reset
+from ansible.module_utils.gpu import dcgm_diag, gpu_topology, nvsmi_parse, nvsmi_reset
 from ansible.module_utils.gpu.nvsmi_common import ParseError, clean_text
 from ansible.module_utils.gpu.nvsmi_error import classify_error, parse_error
 from gpuhost_cli import fabric as fabric_cli, mig as mig_cli, secure_boot as secure_boot_cli, topo as topo_cli
@@ -135,8 +136,11 @@ READ_AS = {
     "mig": "`nvidia-smi mig` listings",
     "secure-boot": "a Secure Boot output (mokutil, /sys/kernel/security/lockdown)",
     "reset": "`nvidia-smi -r` (a GPU reset)",
+    "dcgm-diag": "`dcgmi diag -j` (DCGM's GPU diagnostic)",
     "explain": "a text with known GPU-stack errors (no nvidia-smi output)",
 }
+# Readings of smi's own, no other gpuhost command's.
+OWN_READINGS = ("reset", "dcgm-diag")
 _LOCKDOWN_FILE = re.compile(r"^\s*(?:\[?(?:none|integrity|confidentiality)\]?[ \t]*){2,3}\s*$")
 
 
@@ -183,6 +187,20 @@ def _reset(text):
     lines = ["GPU %s: reset" % bus for bus in reading["reset"]]
     lines += ["GPU %s: not reset (%s)" % (gpu["bus"], gpu["reason"]) for gpu in reading["not_reset"]]
     return _delegated("reset", reading, "\n".join(lines) + "\n" + (explain_text(found) if found["findings"] else ""))
+
+
+def _dcgm_diag(text):
+    if dcgm_diag.DCGM4_KEY not in text and dcgm_diag.DCGM3_KEY not in text:
+        return None
+    try:
+        parsed = dcgm_diag.parse(text)
+    except dcgm_diag.DcgmDiagError:
+        return None
+    reading = dict(parsed, verdict=dcgm_diag.verdict(parsed))
+    lines = ["DCGM %s, driver %s: %s" % (parsed["version"], parsed["driver_version"], reading["verdict"]["status"])]
+    lines += ["GPU %s: %s (%s) %s" % (r["entity_id"], t["name"], t["category"], r["status"])
+              for t in parsed["tests"] for r in t["results"] if r["status"] == "pass"]
+    return _delegated("dcgm-diag", reading, "\n".join(lines + reading["verdict"]["messages"]) + "\n")
 
 
 _FABRIC_BLOCK = re.compile(r"^[ \t]*Fabric[ \t]*$|<fabric>", re.M)
@@ -237,7 +255,7 @@ def answer(data):
         return _smi(nvsmi_parse.facts_from_output(text), text)
     except ParseError as exc:
         refusal = exc
-    for reader in (_topo, _mig, _secure_boot, _reset):
+    for reader in (_topo, _mig, _secure_boot, _reset, _dcgm_diag):
         found = reader(text)
         if found is not None:
             return found
@@ -288,6 +306,8 @@ def main(argv):
             sys.stdout.write(json.dumps(out, indent=2, sort_keys=True) + "\n")
         elif out["command"] == "smi":
             sys.stdout.write(text)
+        elif out["command"] in OWN_READINGS:
+            sys.stdout.write("read as %s\n%s" % (out["read_as"], text))
         else:
             sys.stdout.write("read as %s: the reading of `gpuhost %s`\n%s" % (out["read_as"], out["command"], text))
         return 0

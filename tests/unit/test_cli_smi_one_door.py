@@ -298,3 +298,17 @@ def test_a_refused_reset_names_each_gpu_and_the_fix(smi_json):
     assert [f["kind"] for f in out["reading"]["findings"]] == ["gpu_reset_in_use"]
     assert "fuser -v /dev/nvidia*" in out["reading"]["findings"][0]["fix"]
 
+
+
+# --- DCGM's diagnostic ------------------------------------------------------------------------------------------
+
+def test_a_pasted_dcgm_diagnostic_names_the_failed_and_the_skipped_tests(smi_json, capsys):
+    rc, out, _err = smi_json(_path("dcgm_diag/diag-r2-j_4.5.2_GB10_software-fail_memory-pcie-skip.json"))
+    assert rc == 0 and out["command"] == "dcgm-diag" and out["reading"]["version"] == "4.5.2"
+    assert out["reading"]["verdict"]["status"] == "fail"
+    assert [(s["gpu"], s["test"]) for s in out["reading"]["verdict"]["skipped"]] == [(0, "memory"), (0, "pcie")]
+    assert cli.main([_path("dcgm_diag/diag-r2-j_4.5.2_GB10_software-fail_memory-pcie-pass.json")]) == 0
+    text = capsys.readouterr().out
+    # smi's own reading: no other gpuhost command is named.
+    assert text.startswith("read as `dcgmi diag -j` (DCGM's GPU diagnostic)\nDCGM 4.5.2, driver 580.82.09: fail\n")
+    assert "GPU 0: pcie (Integration) pass" in text and "(DCGM error 29)" in text
