@@ -21,7 +21,8 @@ description:
     and the programs that hold every GPU open (nvidia-persistenced, nv-hostengine, dcgm-exporter, where their
     units run), runs C(nvidia-smi -r -i N), checks the GPU answers C(nvidia-smi -q -i N) and, where
     O(cuda_probe_image) is set, that CUDA runs a kernel on it (NVIDIA's vectorAdd in a C(--gpus device=N) container,
-    never pulled), then starts them all again; a reset that fails marks the GPU out of service, and asks for a host restart where O(allow_reboot).
+    never pulled), then starts them all again; a reset that fails marks the GPU out of service, and asks for a host
+    restart where O(allow_reboot).
     C(RESTART_BM) (Xid 79, fallen off the bus) and C(CONTACT_SUPPORT) mark the GPU out of service for this boot,
     and ask for a host restart only where O(allow_reboot).
   - A reset is refused, naming why, on a GPU another tenant's process uses (named), on a GPU in MIG mode, and on

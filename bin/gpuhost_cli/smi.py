@@ -190,7 +190,7 @@ def _reset(text):
 
 
 def _dcgm_diag(text):
-    if dcgm_diag.DCGM4_KEY not in text and dcgm_diag.DCGM3_KEY not in text:
+    if dcgm_diag.DCGM4_KEY not in text:
         return None
     try:
         parsed = dcgm_diag.parse(text)

@@ -12,7 +12,7 @@ from ansible.module_utils.gpu.nvsmi_reset import parse_reset
 from ansible.module_utils.gpu.xid_policy import bus_key
 from ansible.module_utils.host.runner import command_line, step_record
 from ansible.module_utils.layers.base import DEFAULT_CUDA_PROBE_COMMAND
-from ansible.module_utils.layers.container import check_cuda_probe
+from ansible.module_utils.layers.container import check_cuda_probe, check_run_argv
 
 # The units that run the programs that hold a GPU open and block its reset (xid_policy.RESET_HOLDERS, one unit
 # each: the unit tests hold the two together): stopped
@@ -47,7 +47,7 @@ def cuda_probe(io, steps, docker, index, probe):
         return None
     command = list(probe.get("command") or DEFAULT_CUDA_PROBE_COMMAND)
     flag = "--gpus device=%s" % index
-    argv = [docker, "run", "--rm", "--pull", "never", "--network", "none"] + flag.split() + [probe["image"]] + command
+    argv = check_run_argv(docker) + flag.split() + [probe["image"]] + command
     rc, out, err = io.run(argv)
     steps.append(step_record(command_line(argv), (rc, out, err)))
     return check_cuda_probe({"argv": argv, "rc": rc, "stdout": out or "", "stderr": err or ""}, probe["image"], command,

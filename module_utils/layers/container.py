@@ -212,6 +212,12 @@ def check_container(cap, host_uuids, image, mode="gpus", name=None, engine="dock
     return result(name, "container", status, "%s: %s" % (flag, summary), remedy=remedy, ev=ev, data=data)
 
 
+def check_run_argv(docker):
+    """`docker run` of a check container: removed after, never pulled (a missing image is reported; Docker 20.10+),
+    no network."""
+    return [docker, "run", "--rm", "--pull", "never", "--network", "none"]
+
+
 def check_cuda_probe(cap, image, command=DEFAULT_CUDA_PROBE_COMMAND, skipped=None, engine="docker", gpus=None):
     """NVIDIA's vectorAdd sample in a --gpus all container (on containerd, `ctr run` through the nvidia
     runtime): CUDA initialises, allocates and runs a kernel. gpus: the flag where it is not all GPUs (one GPU just

@@ -31,7 +31,7 @@ from ansible.module_utils.layers.base import (
     DEFAULT_CDI_SPEC, DEFAULT_CHECK_IMAGE, DEFAULT_CONTAINERD_NAMESPACE, DEFAULT_CUDA_PROBE_COMMAND,
     DEFAULT_CUDA_PROBE_IMAGE, DEFAULT_DOCKER_CONFIG, DEFAULT_PROC_VERSION, DEFAULT_RUNTIME_BINARY,
     DEFAULT_TOOLKIT_PACKAGES, Context, _lines, _out, summarise)
-from ansible.module_utils.layers.container import SERVING_LABEL
+from ansible.module_utils.layers.container import SERVING_LABEL, check_run_argv
 from ansible.module_utils.layers.engine import (cdi_enabled, choose_engine, normalize_image_ref, parse_ctr_version,
                                                 parse_docker_info)
 from ansible.module_utils.driver.fabric_manager import FABRIC_MANAGER_SERVICE, IMEX_SERVICE
@@ -252,8 +252,7 @@ def capture(io, options=None):
         caps["image_env"] = dict(
             (name, _run(io, [docker, "image", "inspect", "--format", "{{json .Config.Env}}", name]))
             for name in _judged_images(opts, caps.get("serving_inspect")))
-        # --pull never: a missing image is reported, never fetched (Docker 20.10+).
-        base = [docker, "run", "--rm", "--pull", "never", "--network", "none"]
+        base = check_run_argv(docker)
         caps["container_gpus"] = _run(io, base + ["--gpus", "all", opts["check_image"], "nvidia-smi", "-L"])
         if caps["container_gpus"].get("rc") == 0 and opts["gpus_path_container"]:
             # The process environment shows which path --gpus took (NVIDIA_VISIBLE_DEVICES: void for CDI).
