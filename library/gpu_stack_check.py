@@ -26,7 +26,8 @@ description:
     C(nvidia-ctk cdi list) resolves C(nvidia.com/gpu=all)); C(container) (a C(--rm)
     container started with C(--gpus all), and with C(--device nvidia.com/gpu=all) where the engine
     supports CDI, lists the host's GPUs; NVIDIA's vectorAdd CUDA sample runs in a C(--gpus all) container;
-    C(nvidia-smi -L) inside every running serving container, label C(gpuhost.layer=vllm), lists its GPUs - a
+    C(dcgm) (where DCGM is installed or gpuhost_dcgm asks for it: DCGM 4, its host engine running, the diagnostic's
+    plugins for the driver's CUDA major); C(nvidia-smi -L) inside every running serving container, label C(gpuhost.layer=vllm), lists its GPUs - a
     container whose NVML says Unknown Error lost its devices to a systemd reload - and no serving container,
     running or restarting, is given a MIG-enabled GPU whole (its C(nvidia-smi -L), and C(docker inspect)'s
     device requests)); C(runtime_config) also
@@ -59,7 +60,7 @@ options:
       - Default is every layer but C(health).
     type: list
     elements: str
-    choices: [hardware, driver, fabric, persistence, docker, toolkit, runtime_config, cdi, container, serving, health]
+    choices: [hardware, driver, fabric, persistence, dcgm, docker, toolkit, runtime_config, cdi, container, serving, health]
     default: [hardware, driver, fabric, persistence, docker, toolkit, runtime_config, cdi, container]
   not_required:
     description:
@@ -67,7 +68,7 @@ options:
         C(persistence) where the play does not run the C(nvidia_persistence) role).
     type: list
     elements: str
-    choices: [hardware, driver, fabric, persistence, docker, toolkit, runtime_config, cdi, container, serving, health]
+    choices: [hardware, driver, fabric, persistence, dcgm, docker, toolkit, runtime_config, cdi, container, serving, health]
     default: []
   fail_on_required:
     description: Fail the task (with the whole diagnosis in the result) when a required layer fails.
@@ -134,6 +135,20 @@ options:
         fewer (site.yml's fast path, which needs no path).
     type: bool
     default: true
+  dcgm_expected:
+    description:
+      - DCGM is asked for on this host (gpuhost_dcgm), so the C(dcgm) layer fails where DCGM 4 is not installed.
+        False, a host without DCGM skips the layer and the GPU diagnostic.
+    type: bool
+    default: false
+  dcgm_diag_level:
+    description:
+      - "The level of C(dcgmi diag -r N -j) the health layer's C(dcgm_diag) check runs where DCGM runs: 1 (software
+        checks, seconds), 2 (adds memory and PCIe, minutes), 3 or 4 (stress, 15 minutes and more). A test that fails
+        fails the health layer naming the GPU, the test and DCGM's message. 0, no diagnostic."
+    type: int
+    default: 1
+    choices: [0, 1, 2, 3, 4]
   training:
     description:
       - "The host is declared for training (gpuhost_training): the C(container_limits) check (docker layer) runs one
@@ -260,10 +275,10 @@ checks:
   description:
     - Every check in order, each with C(name), C(layer), C(status), C(required), C(summary), C(remedy),
       C(evidence) (C(command), C(rc), C(lines)) and C(data).
-    - "Names: hardware, pci, kernel_module, module_signature, next_boot, device_nodes, nvml, fabric, persistence, docker (containerd on a
+    - "Names: hardware, pci, kernel_module, module_signature, next_boot, device_nodes, nvml, fabric, persistence, dcgm, docker (containerd on a
       containerd engine), container_limits, toolkit, runtime, dev_char, cdi_spec,
       cdi_list, container_gpus, gpus_path, container_cdi, container_cuda, serving_gpus, serving_running, zombies,
-      throttle, xid, compute_mode."
+      throttle, xid, compute_mode, dcgm_diag (the health layer's C(dcgmi diag -r N -j), see O(dcgm_diag_level))."
   returned: always
   type: list
   elements: dict
@@ -387,6 +402,8 @@ ARGUMENT_SPEC = dict(
     record_path=dict(type="path", default="/etc/ansible/facts.d/gpuhost.fact"),
     xid_state_path=dict(type="path", default="/var/lib/gpuhost/xid-state.json"),
     training=dict(type="bool", default=False),
+    dcgm_expected=dict(type="bool", default=False),
+    dcgm_diag_level=dict(type="int", default=1, choices=[0, 1, 2, 3, 4]),
     kernel_log_command=dict(type="raw", default="dmesg"),
     cdi_spec_path=dict(type="path", default="/etc/cdi/nvidia.yaml"),
     toolkit_packages=dict(type="list", elements="str", default=list(DEFAULT_TOOLKIT_PACKAGES)),
@@ -420,6 +437,8 @@ def main():
         "record_path": params["record_path"],
         "xid_state_path": params["xid_state_path"],
         "training": params["training"],
+        "dcgm_expected": params["dcgm_expected"],
+        "dcgm_diag_level": params["dcgm_diag_level"],
         "kernel_log_command": argv,
         "kernel_log_command_text": " ".join(argv),
         "cdi_spec_path": params["cdi_spec_path"],

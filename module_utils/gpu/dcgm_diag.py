@@ -126,3 +126,38 @@ def verdict(parsed, rc=None):
     else:
         status = "error"
     return {"status": status, "exit": meaning, "failed": failed, "skipped": skipped, "messages": messages}
+
+
+def diag_argv(dcgmi, level):
+    """`dcgmi diag -r LEVEL -j`: the run at a level (1 software, 2 adds memory and PCIe, 3 and 4 stress)."""
+    return [dcgmi, "diag", "-r", str(level), "-j"]
+
+
+def read_run(rc, stdout, stderr=""):
+    """One run of diag_argv(): {rc, status (pass | fail | isolate | error), verdict (or None), parsed (or None),
+    error: what dcgmi said where it printed no document (the host engine down, a missing plugin)}."""
+    text = stdout or ""
+    try:
+        parsed = parse(text)
+    except DcgmDiagError as exc:
+        said = [line.strip() for line in (text + "\n" + (stderr or "")).splitlines() if line.strip()]
+        return {"rc": rc, "status": "error", "verdict": None, "parsed": None,
+                "error": "; ".join(said[:3]) or "dcgmi exited %s without output (%s)" % (rc, exc)}
+    found = verdict(parsed, rc)
+    return {"rc": rc, "status": found["status"], "verdict": found, "parsed": parsed, "error": None}
+
+
+def summary(run, level):
+    """One line a person reads for read_run()'s result."""
+    if run["verdict"] is None:
+        return "dcgmi diag -r %s did not run: %s" % (level, run["error"])
+    found = run["verdict"]
+    if found["status"] == "pass":
+        gpus = sorted(set(r["entity_id"] for t in run["parsed"]["tests"] for r in t["results"]
+                          if r["entity_group"] in (None, "GPU")), key=str)
+        skipped = len(found["skipped"])
+        return "dcgmi diag -r %s passed on GPU %s%s" % (
+            level, ", ".join(str(g) for g in gpus) or "(none named)",
+            " (%d test(s) skipped: not proven)" % skipped if skipped else "")
+    first = [m for m in found["messages"] if "skipped" not in m] or found["messages"] or [found["exit"] or "failed"]
+    return "dcgmi diag -r %s: %s" % (level, first[0])

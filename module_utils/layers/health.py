@@ -9,6 +9,7 @@ from ansible.module_utils.gpu.compute_mode import DEFAULT, context_blocked, mps_
 from ansible.module_utils.gpu.xid_policy import decide, gpu_label, out_of_service, read_state, xid_events
 from ansible.module_utils.layers.base import (
     MAX_EVIDENCE_LINES, _cmd, _grep, _kernel_log_unread, evidence, guarded, result)
+from ansible.module_utils.layers.dcgm import dcgm_diag
 from ansible.module_utils.layers.container import gpu_processes, inspected_containers, serving_by_gpu
 
 # Idle GPUs always report gpu_idle; it is not throttling.
@@ -250,4 +251,5 @@ def _compute_mode(ctx):
                    [c["Id"] for c in inspected_containers(ctx.get("serving_inspect")) if c.get("Id")])
 
 
-CHECKS = {"zombies": _zombies, "throttle": _throttle, "xid": _xid, "compute_mode": _compute_mode}
+CHECKS = {"zombies": _zombies, "throttle": _throttle, "xid": _xid, "compute_mode": _compute_mode,
+          "dcgm_diag": dcgm_diag}

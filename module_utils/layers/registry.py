@@ -102,6 +102,12 @@ REGISTRY = (
            repair=("nvidia_persistence", "nvidia_mig"), catalogue=("persistence",),
            # Ubuntu's unit runs `nvidia-persistenced --user nvidia-persistenced`, Debian's `--user nvpd`.
            owns=owns(units=(unit("nvidia-persistenced.service", user_option="--user"),))),
+    # DCGM (NVIDIA's Data Center GPU Manager, where gpuhost_dcgm asks for it): installed, held and its host engine
+    # running; the health layer runs its diagnostic (dcgm_diag). Not required: a host without it still serves.
+    _layer("dcgm", "DCGM", heading="DCGM", required=False, roles=("nvidia_dcgm",), tags=("dcgm",), checks=("dcgm",),
+           catalogue=("dcgm",),
+           owns=owns(packages=packages(patterns=("datacenter-gpu-manager*",)),
+                     units=(unit("nvidia-dcgm.service", user_option="--service-account"),))),
     # container_limits: on a host declared for training, the limits a container gets (docker's default-ulimits).
     _layer("docker", "docker engine", roles=("docker",), tags=("docker",), checks=("docker", "container_limits"),
            module="engine", drift=True, repair=("docker",), catalogue=("docker",),
@@ -136,7 +142,8 @@ REGISTRY = (
            repair=("nvidia_container_toolkit", "vllm"), catalogue=("vllm_config", "vllm_memory")),
     # Drift acts on the Xids since its cursor as NVIDIA's catalogue says (xid_policy): restart the GPU's serving
     # containers, reset the GPU, or mark it out of service (gpu_recovery); the other checks only report.
-    _layer("health", "GPU health", required=False, checks=("zombies", "throttle", "xid", "compute_mode"), drift=True,
+    _layer("health", "GPU health", required=False, checks=("zombies", "throttle", "xid", "compute_mode", "dcgm_diag"),
+           drift=True,
            repair=("gpu_recovery",)),
 )
 

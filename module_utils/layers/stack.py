@@ -25,6 +25,8 @@ from ansible.module_utils.gpu.gpu_facts import build_facts, capture as capture_g
 from ansible.module_utils.driver.driver_reload import STATE_PATH as DRIVER_UPGRADE_PATH
 from ansible.module_utils.driver.secure_boot import boot_facts, capture as capture_boot
 from ansible.module_utils.gpu.compute_mode import DEFAULT as COMPUTE_DEFAULT
+from ansible.module_utils.gpu.dcgm_diag import diag_argv
+from ansible.module_utils.gpu.dcgm_install import SERVICE as DCGM_SERVICE
 from ansible.module_utils.host import dpkg, systemd
 from ansible.module_utils.layers import registry
 from ansible.module_utils.layers.base import (
@@ -43,7 +45,8 @@ from ansible.module_utils.layers.runtime_config import _char_numbers
 # Every check module the registry names (Ansible ships a module's module_utils by their static imports),
 # looked up by name below.
 from ansible.module_utils.layers import (  # noqa: F401  # pylint: disable=unused-import
-    cdi, container, driver, engine, fabric, generic, hardware, health, persistence, runtime_config, serving, toolkit)
+    cdi, container, dcgm, driver, engine, fabric, generic, hardware, health, persistence, runtime_config, serving,
+    toolkit)
 
 
 def _implementations():
@@ -111,6 +114,10 @@ DEFAULT_OPTIONS = {
     "mig_layout": None,
     # A host declared for training (gpuhost_training): a container must get seed 000's limits (container_limits).
     "training": False,
+    # DCGM: gpuhost_dcgm asked for it (its absence fails the dcgm layer), and the level of the diagnostic the health
+    # layer runs where it is installed (0: none).
+    "dcgm_expected": False,
+    "dcgm_diag_level": 1,
     # Compare the host with gpuhost's record too (drift.yml): the result's `drift`.
     "compare_record": False,
     "allow_reboot": False,
@@ -208,6 +215,11 @@ def capture(io, options=None):
         caps["persistenced_enabled"] = (out or "").strip() or None
         rc, out, _err = io.run([systemctl, "is-active", FABRIC_MANAGER_SERVICE])
         caps["fabricmanager_active"] = (out or "").strip() or None
+        rc, out, _err = io.run([systemctl, "is-active", DCGM_SERVICE])
+        caps["dcgm_active"] = (out or "").strip() or None
+        dcgmi = io.which("dcgmi")
+        if dcgmi and caps["dcgm_active"] == "active" and opts["dcgm_diag_level"]:
+            caps["dcgm_diag"] = _run(io, diag_argv(dcgmi, opts["dcgm_diag_level"]))
         if ((facts.get("fabric") or {}).get("need")) == "imex":
             rc, out, _err = io.run([systemctl, "is-active", IMEX_SERVICE])
             caps["imex_active"] = (out or "").strip() or None

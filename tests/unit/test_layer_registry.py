@@ -47,7 +47,7 @@ def test_what_a_layer_owns_is_checked_first():
         assert not layer.owns or layer.checks[0] == layer.name + "_basics"
     owned = dict((l.name, l.owns) for l in registry.REGISTRY if l.owns)
     assert [u.name for own in owned.values() for u in own.units] == [
-        "nvidia-fabricmanager.service", "nvidia-persistenced.service", "docker.service"]
+        "nvidia-fabricmanager.service", "nvidia-persistenced.service", "nvidia-dcgm.service", "docker.service"]
     assert owned["toolkit"].packages.option == "toolkit_packages" and owned["toolkit"].packages.same_version
     assert gpu_stack_check.ARGUMENT_SPEC["toolkit_packages"]["default"] == list(registry.TOOLKIT_PACKAGES)
     assert [d.path for d in owned["docker"].disks] == ["docker_root", "/var/lib/gpuhost"]

@@ -51,16 +51,16 @@ def test_markdown_table():
     text = rr.render_markdown(RESULTS, generated="2026-12-02T18:00:00Z")
     lines = text.splitlines()
     header = next(l for l in lines if l.startswith("| host"))
-    assert header == ("| host | hardware | driver | fabric | persistence | docker | toolkit | runtime config | CDI | "
+    assert header == ("| host | hardware | driver | fabric | persistence | DCGM | docker | toolkit | runtime config | CDI | "
                       "container | serving | health | failed layer | remedy |")
     row_b = next(l for l in lines if l.startswith("| gpu-b"))
     cells = [c.strip() for c in row_b.strip("|").split(" | ")]
-    assert cells[7] == "**FAIL**" and cells[12] == "runtime_config"
-    assert cells[13] == "run `nvidia-ctk runtime configure --runtime=docker` and restart docker"
+    assert cells[8] == "**FAIL**" and cells[13] == "runtime_config"
+    assert cells[14] == "run `nvidia-ctk runtime configure --runtime=docker` and restart docker"
     row_a = next(l for l in lines if l.startswith("| gpu-a"))
     assert "| warn | none |" in row_a
     row_c = next(l for l in lines if l.startswith("| gpu-c"))
-    assert row_c.count("| - ") == 11 and "unreachable" in row_c
+    assert row_c.count("| - ") == 12 and "unreachable" in row_c
     assert "2 with one (runtime_config: 1, unreachable: 1)" in text
     # every table row has as many cells as the header
     widths = set(l.count(" | ") for l in lines if l.startswith("| "))
@@ -77,7 +77,7 @@ def test_markdown_escapes_untrusted_text():
     assert rr.md_cell("_lead gpu_01 trail_") == "\\_lead gpu_01 trail\\_"
     assert rr.md_cell("`dmesg | grep -i xid`", table=False) == "`dmesg | grep -i xid`"
     assert rr.md_cell("a|b", table=False) == "a\\|b"
-    assert len([c for c in row.split(" | ")]) == 14
+    assert len([c for c in row.split(" | ")]) == 15
 
 
 class _Collector(html.parser.HTMLParser):

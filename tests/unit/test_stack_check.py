@@ -689,6 +689,7 @@ def test_module_never_fails_a_broken_host(tmp_path):
                                                   "module_signature", "next_boot", "driver_upgrade", "device_nodes", "nvml",
                                                   "fabric_basics", "fabric",
                                                   "persistence_basics", "persistence", "mig_layout",
+                                                  "dcgm_basics", "dcgm",
                                                   "docker_basics", "docker", "container_limits",
                                                   "toolkit_basics", "toolkit",
                                                   "runtime_config_basics", "runtime", "dev_char",
@@ -696,7 +697,7 @@ def test_module_never_fails_a_broken_host(tmp_path):
                                                   "container_gpus", "gpus_path", "container_cdi", "container_cuda",
                                                   "serving_gpus", "serving_running",
                                                   "zombies", "throttle",
-                                                  "xid", "compute_mode"]
+                                                  "xid", "compute_mode", "dcgm_diag"]
     assert res["message"].startswith(sc.LAYER_TITLES[res["failed_layer"]] + ": ")
 
 
@@ -711,7 +712,7 @@ def test_fail_on_required_fails_with_the_diagnosis(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     res = json.loads(proc.stdout)
     assert res["failed"] is True and res["msg"].startswith(sc.LAYER_TITLES[res["failed_layer"]])
-    assert len(res["checks"]) == 35
+    assert len(res["checks"]) == 38
 
 
 def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
@@ -721,7 +722,7 @@ def test_a_check_that_raises_is_a_warning_not_a_failure(monkeypatch):
     out = sc.evaluate(sc.capture(healthy_host(), PROBE_OPTS), PROBE_OPTS)
     throttle = next(c for c in out["checks"] if c["name"] == "throttle")
     assert throttle["status"] == "warn" and "internal error" in throttle["summary"]
-    assert out["failed_layer"] is None and len(out["checks"]) == 35
+    assert out["failed_layer"] is None and len(out["checks"]) == 38
 
 
 # --- CUDA initialisation in a container (NVIDIA's vectorAdd sample; tests/fixtures/cuda_probe/) --------
