@@ -21,7 +21,8 @@ description:
     and the programs that hold every GPU open (nvidia-persistenced, nv-hostengine, dcgm-exporter, where their
     units run), runs C(nvidia-smi -r -i N), checks the GPU answers C(nvidia-smi -q -i N) and, where
     O(cuda_probe_image) is set, that CUDA runs a kernel on it (NVIDIA's vectorAdd in a C(--gpus device=N) container,
-    never pulled), then starts them all again; a reset that fails marks the GPU out of service, and asks for a host
+    never pulled) and, where DCGM's host engine ran, that DCGM's level 1 diagnostic passes on it (C(dcgmi diag -r 1
+    -j -i N)), then starts them all again; a reset that fails marks the GPU out of service, and asks for a host
     restart where O(allow_reboot).
     C(RESTART_BM) (Xid 79, fallen off the bus) and C(CONTACT_SUPPORT) mark the GPU out of service for this boot,
     and ask for a host restart only where O(allow_reboot).
@@ -86,7 +87,8 @@ gpus:
   description:
     - Per GPU with new Xids, its plan (index, bus_id, uuid, action, xids with each one's action and words, containers,
       holders, tenants, blocked, steps, say) and what was done (outcome, with ok, out_of_service, reboot, reason,
-      warning, steps each with its rc and output, the reset's reading, and the CUDA probe's result after a reset).
+      warning, steps each with its rc and output, the reset's reading, the CUDA probe's result and DCGM's level 1
+      after a reset).
   returned: always
   type: list
   elements: dict

@@ -8,6 +8,7 @@ with only its own containers and the GPU's holders stopped, or say it must leave
 Everything runs through the host's io (host/runner.py): docker's CLI, systemctl, nvidia-smi. health(url) -> bool
 is the caller's /health probe (a serving container's OpenAI server), so the steps stay testable without a host.
 """
+from ansible.module_utils.gpu.dcgm_diag import diag_argv, read_run, summary
 from ansible.module_utils.gpu.nvsmi_reset import parse_reset
 from ansible.module_utils.gpu.xid_policy import bus_key
 from ansible.module_utils.host.runner import command_line, step_record
@@ -54,6 +55,18 @@ def cuda_probe(io, steps, docker, index, probe):
                             gpus=flag)
 
 
+def dcgm_check(io, steps, index, units):
+    """DCGM's level 1 diagnostic on the reset GPU alone (`dcgmi diag -r 1 -j -i N`) where its host engine ran before
+    the reset (stopped for it, started again): dcgm_diag.read_run's result, or None where DCGM does not run here."""
+    dcgmi = io.which("dcgmi") if HOLDER_UNITS["nv-hostengine"] in units else None
+    if not dcgmi:
+        return None
+    argv = diag_argv(dcgmi, 1) + ["-i", str(index)]
+    rc, out, err = io.run(argv)
+    steps.append(step_record(command_line(argv), (rc, out, err)))
+    return read_run(rc, out, err)
+
+
 def active_holder_units(io, systemctl):
     """The holder units running now (systemctl is-active), in HOLDER_UNITS' order."""
     if not systemctl:
@@ -66,12 +79,13 @@ def carry_out(io, plan, docker, smi, systemctl, urls=None, health=None, probe=No
     """Do what the plan says. Returns {"ok": the plan was carried out, "out_of_service": the GPU is to be marked,
     "reboot": the host is to restart (the operator allows it), "reason": why not ok, "warning": a restarted
     container that does not answer /health or a CUDA probe that could not run, "steps": [{step, rc, output}], "reset":
-    parse_reset's reading of nvidia-smi -r, "cuda_probe": the CUDA probe on the reset GPU (None where not run)}.
+    parse_reset's reading of nvidia-smi -r, "cuda_probe": the CUDA probe on the reset GPU (None where not run), "dcgm":
+    DCGM's level 1 on it where DCGM runs ({status, summary}; None where not run)}.
     probe: the CUDA probe image and command run on a GPU after its reset ({"image", "command"}; None: not run)."""
     action = plan["action"]
     steps = []
     outcome = {"ok": True, "out_of_service": False, "reboot": False, "reason": None, "warning": None, "steps": steps,
-               "reset": None, "cuda_probe": None}
+               "reset": None, "cuda_probe": None, "dcgm": None}
     if plan.get("blocked"):
         return dict(outcome, ok=False, reason="; ".join(b["reason"] for b in plan["blocked"]))
     if action == "IGNORE":
@@ -137,6 +151,15 @@ def _reset(io, plan, docker, smi, systemctl, urls, health, outcome, probe=None):
             outcome["reason"] = "GPU %s was reset but %s" % (index, probed["summary"])
         elif probed and probed["status"] != "ok":
             _warn(outcome, "GPU %s was reset; %s" % (index, probed["summary"]))
+    if reset_ok:
+        diag = dcgm_check(io, steps, index, held)
+        if diag:
+            outcome["dcgm"] = {"status": diag["status"], "summary": summary(diag, 1)}
+            if diag["status"] in ("fail", "isolate"):
+                reset_ok = False
+                outcome["reason"] = "GPU %s was reset but %s" % (index, outcome["dcgm"]["summary"])
+            elif diag["status"] != "pass":
+                _warn(outcome, "GPU %s was reset; %s" % (index, outcome["dcgm"]["summary"]))
     for name in stopped:
         _step(steps, "docker start %s" % name, io.run([docker, "start", name]))
     if reset_ok and health and not _wait_healthy(steps, stopped, urls, health):

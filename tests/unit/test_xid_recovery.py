@@ -104,6 +104,30 @@ def test_a_probe_image_not_on_the_host_leaves_the_reset_standing_with_a_warning(
     assert not any(" run " in r for r in io.ran)
 
 
+class DcgmIO(FakeIO):
+    def which(self, name):
+        return "/usr/bin/" + name
+
+
+def test_after_a_reset_dcgms_level_1_runs_on_that_gpu_where_its_host_engine_ran():
+    # A real DCGM 4 document of a GPU that fails level 1 (Gforensics: A100, persistence mode off, DCGM error 29).
+    failed = read_fixture("dcgm_diag", "diag-r1-j_4.1.1_A100-SXM4-40GB_software-fail.json")
+    io = DcgmIO({"nvidia-smi -r -i 0": (0, SUCCESS, ""), "/usr/bin/dcgmi diag": (226, failed, "")},
+                active={"nvidia-persistenced.service", "nvidia-dcgm.service"})
+    out = xr.carry_out(io, a100_plan(), "docker", "nvidia-smi", "systemctl")
+    acted = [r for r in io.ran if "is-active" not in r]
+    # The host engine is started again before DCGM asks it; the diagnostic runs on the reset GPU alone.
+    assert acted.index("systemctl start nvidia-dcgm.service") < acted.index("/usr/bin/dcgmi diag -r 1 -j -i 0")
+    assert not out["ok"] and out["out_of_service"]
+    assert out["reason"].startswith("GPU 0 was reset but dcgmi diag -r 1: GPU 0: software (Deployment) failed: "
+                                    "Persistence Mode")
+    assert io.ran[-1] == "docker start vllm-a"
+    # Without DCGM's host engine nothing of DCGM runs.
+    io = DcgmIO({"nvidia-smi -r -i 0": (0, SUCCESS, "")}, active={"nvidia-persistenced.service"})
+    assert xr.carry_out(io, a100_plan(), "docker", "nvidia-smi", "systemctl")["dcgm"] is None
+    assert not any("dcgmi" in r for r in io.ran)
+
+
 def test_a_refused_reset_puts_everything_back_and_marks_the_gpu():
     io = FakeIO({"nvidia-smi -r -i 0": (255, IN_USE, "")}, active={"nvidia-persistenced.service"})
     out = xr.carry_out(io, a100_plan(), "docker", "nvidia-smi", "systemctl")
