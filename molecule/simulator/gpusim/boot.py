@@ -132,6 +132,8 @@ def apply_state(state):
     state["boot"] = {"count": int((state.get("boot") or {}).get("count") or 0) + 1, "id": str(uuid.uuid4())}
     state["processes"] = []
     state["persistenced"] = {"pid": None, "persistence": False, "enabled": []}
+    if state.get("hostengine"):
+        state["hostengine"] = dict(state["hostengine"], pid=None, gpus=[])   # DCGM's engine did not survive the boot
     _fabric.reset_at_boot(state)
     _mig.reset_at_boot(state)   # MIG: instances gone, mode per generation (gpusim/mig.py)
     for g in state["gpus"]:

@@ -13,6 +13,11 @@
   gpusim fault throttle REASON [on|off] [--gpu N|all]
   gpusim fault xid CODE [--gpu N] [--pid P] [--name NAME] [--message TEXT]
   gpusim fault persistenced_stopped [on|off]
+  gpusim fault dcgm_memory_error [mismatch|dbe|alloc] [on|off] [--gpu N|all]
+                                    (DCGM's memory test fails on that GPU: DCGM_FR_MEMORY_MISMATCH 58 / CUDA_DBE 57,
+                                     isolate, dcgmi exits 205; MEMORY_ALLOC 56, triage, exits 226; default mismatch)
+  gpusim fault inforom_corrupt [on|off] [--gpu N|all]
+                                    (DCGM's software test, level 1 too: DCGM_FR_CORRUPT_INFOROM 9, exits 226)
   gpusim process add --gpu N --mib M [--pid P | --spawn] [--name NAME] [--type C|G|C+G] [--gi G [--ci C]]
   gpusim process remove PID|--all
   gpusim process list
@@ -166,7 +171,7 @@ def fault(args, path):
     name = args.pop(0)
     if name == "list":
         print("no_driver module_not_loaded nvml_mismatch missing_device_node zombie_process throttle xid "
-              "persistenced_stopped")
+              "persistenced_stopped dcgm_memory_error inforom_corrupt")
         return 0
     if name == "no_driver":
         on = _onoff(args)
@@ -299,6 +304,34 @@ def fault(args, path):
                     if g["uuid"] in mine:
                         g["persistence_mode"] = False
                 s["persistenced"] = {"pid": None, "persistence": False, "enabled": []}
+    elif name == "dcgm_memory_error":
+        from .dcgm import MEMORY_FAULTS   # pylint: disable=import-outside-toplevel
+        kind = args.pop(0) if args and args[0] in MEMORY_FAULTS else "mismatch"
+        on = _onoff(args)
+        which = _opt(args, "--gpu", "0")
+
+        def fn(s):
+            faults = s["faults"].setdefault("dcgm_memory_error", {})
+            for i in _gpu_indexes(s, which):
+                if on:
+                    faults[str(i)] = kind
+                else:
+                    faults.pop(str(i), None)
+            if not faults:
+                s["faults"].pop("dcgm_memory_error", None)
+    elif name == "inforom_corrupt":
+        on = _onoff(args)
+        which = _opt(args, "--gpu", "0")
+
+        def fn(s):
+            lst = s["faults"].setdefault("inforom_corrupt", [])
+            for i in _gpu_indexes(s, which):
+                if on and i not in lst:
+                    lst.append(i)
+                if not on and i in lst:
+                    lst.remove(i)
+            if not lst:
+                s["faults"].pop("inforom_corrupt", None)
     else:
         raise SystemExit("gpusim: unknown fault %r (gpusim fault list)" % name)
     if args:
@@ -454,6 +487,10 @@ def main(argv=None):
         print("faults: %s" % json.dumps({k: v for k, v in s["faults"].items() if not k.startswith("_")},
                                         sort_keys=True))
         print("repo branches: %s" % ",".join(s.get("repo_branches") or []))
+        if s.get("hostengine"):
+            he = s["hostengine"]
+            print("nv-hostengine: %s" % ("pid %s, %d GPU(s), service account %s" % (
+                he.get("pid"), len(he.get("gpus") or []), he.get("service_account")) if he.get("pid") else "stopped"))
         return 0
     if cmd == "get":
         print(json.dumps(_walk(st.load(path), args[0])))

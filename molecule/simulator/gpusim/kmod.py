@@ -5,7 +5,8 @@ What a real host does (tests/fixtures/kernel_modules/, research in the fixtures'
   nvidia_drm on nvidia_modeset.
 - A module's refcount counts the loaded modules that depend on it and every open file of its device nodes:
   nvidia-persistenced (/dev/nvidia*, /dev/nvidia-modeset: lsof on a DGX Spark), the fabric manager
-  (/dev/nvidia-nvswitch*, /dev/nvidia-nvlink: fuser on an 8 x H200 host), every CUDA process and every container
+  (/dev/nvidia-nvswitch*, /dev/nvidia-nvlink: fuser on an 8 x H200 host), DCGM's nv-hostengine (its NVML handles
+  on /dev/nvidiactl and /dev/nvidia*), every CUDA process and every container
   given GPUs (its processes open /dev/nvidia*, /dev/nvidia-uvm).
 - `modprobe -r A B ...` (kmod 30, Debian 12; the same in 29-34) tries every name in turn and returns the last error:
   a module that is not loaded is skipped without a word, one with references left prints
@@ -28,6 +29,7 @@ import subprocess
 import sys
 
 from . import boot as bootmod
+from . import dcgm as _dcgm
 from . import fabric as _fabric
 from . import mig as _mig
 from . import state as st
@@ -74,12 +76,14 @@ def _pid_file_alive(path):
 
 
 def openers(state, fm_pid_file=FM_PID_FILE):
-    """Who has the device nodes open now: {"persistenced", "fabric_manager", "processes", "containers"}."""
+    """Who has the device nodes open now: {"persistenced", "fabric_manager", "hostengine", "processes", "containers"}.
+    nv-hostengine (DCGM, gpusim/hostengine.py) holds them while it runs and manages GPUs (opened through NVML)."""
     pid = (state.get("persistenced") or {}).get("pid")
     procs = [p for p in state.get("processes") or [] if not p.get("holder") or pid_alive(p["pid"])]
     users = [u for u in state.get("device_users") or [] if pid_alive(u.get("pid"))]
+    he = _dcgm.hostengine(state)
     return {"persistenced": bool(pid and pid_alive(pid)), "fabric_manager": _pid_file_alive(fm_pid_file),
-            "processes": procs, "containers": users}
+            "hostengine": bool(he and he.get("gpus")), "processes": procs, "containers": users}
 
 
 def refcount(state, name, opened=None):
@@ -89,7 +93,8 @@ def refcount(state, name, opened=None):
         return 0
     dependents = [m for m in mods if name in DEPENDS.get(m, ())]
     cuda = len(opened["processes"]) + len(opened["containers"])
-    files = {"nvidia": cuda + int(opened["persistenced"]) + int(opened["fabric_manager"]),
+    files = {"nvidia": cuda + int(opened["persistenced"]) + int(opened["fabric_manager"])
+             + int(opened.get("hostengine", False)),
              "nvidia_modeset": int(opened["persistenced"]), "nvidia_uvm": cuda}.get(name, 0)
     return len(dependents) + files
 

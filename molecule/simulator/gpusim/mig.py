@@ -650,10 +650,18 @@ def _long_in_use(bus):
             "device and retry the command or reboot the system to make MIG mode effective." % bus)
 
 
+def _dcgm_holds(state, gpu):
+    """DCGM's nv-hostengine has the GPU open through NVML (gpusim/hostengine.py): NVIDIA's MIG manager stops
+    nvidia-dcgm.service (with nvsm.service, its "driver_services") before it changes a MIG mode, which resets the
+    GPU (NVIDIA/mig-parted deployments/systemd/hooks.sh, pre-apply-mode)."""
+    from . import dcgm  # pylint: disable=import-outside-toplevel  # gpusim.dcgm imports this module
+    return dcgm.holds(state, gpu)
+
+
 def holds_gpu(smi, gpu, state):
-    """Something holds the GPU open: a compute process; on Ampere (which needs a reset) also
+    """Something holds the GPU open: a compute process or DCGM's host engine; on Ampere (which needs a reset) also
     nvidia-persistenced / persistence mode (gpu-operator#118: persistenced held the GPU)."""
-    if smi.processes_on(gpu):
+    if smi.processes_on(gpu) or _dcgm_holds(state, gpu):
         return True
     if gpu.get("mig_instances") and gpu.get("mig_mode"):
         return True
@@ -688,7 +696,8 @@ def gpu_reset(smi, gpus, state):
     those that cannot with why: in use (a process, persistence mode) or not supported; exit 255 as mig-parted#181
     and NVSentinel#1690 saw (3 where every refusal is "Not Supported": not captured, nvidia-smi's code for an
     operation the device does not support)."""
-    refused = [(g, "In use by another client") for g in gpus if smi.processes_on(g) or g.get("persistence_mode")]
+    refused = [(g, "In use by another client") for g in gpus
+               if smi.processes_on(g) or g.get("persistence_mode") or _dcgm_holds(state, g)]
     refused += [(g, "Not Supported") for g in gpus if g.get("reset_unsupported") and g not in [r[0] for r in refused]]
     if refused:
         out = ["The following GPUs could not be reset:"] + ["  GPU %s: %s" % (g["pci_bus_id"], why) for g, why in refused]

@@ -117,23 +117,27 @@ def expand_specs(pkg_dir=HERE):
         if not name.endswith(".json"):
             continue
         spec = load_json(os.path.join(spec_dir, name))
-        repo = versions["repos"][spec["repo"]]
         matrix = spec.get("matrix", "once")
         entries = [{}] if matrix == "once" else versions[matrix]
-        for index, entry in enumerate(entries):
-            s = _apply_variants(spec, entry)
-            ctx = dict(entry, **kernel)
-            if matrix == "drivers":
-                ctx["KV"] = kernel_uploads[index]
-            if "V" in ctx or "TV" in ctx:
-                ctx["DV"] = repo["version_format"].format(**ctx)
-            pkg = substitute(s, ctx)
-            pkg["version"] = pkg.get("version") or ctx.get("DV")
-            pkg["upstream_version"] = ctx.get("V") or ctx.get("T") or pkg["version"]
-            pkg["toolkit_version"] = ctx.get("T")
-            pkg["component"] = s.get("component") or repo.get("default_component")
-            pkg["spec_file"] = name
-            out.append(pkg)
+        # "repos": the same package in several archives (NVIDIA's CUDA repositories carry DCGM for every distro)
+        for repo_name in spec.get("repos") or [spec["repo"]]:
+            repo = versions["repos"][repo_name]
+            for index, entry in enumerate(entries):
+                s = _apply_variants(spec, entry)
+                s.pop("repos", None)
+                s["repo"] = repo_name
+                ctx = dict(entry, **kernel)
+                if matrix == "drivers":
+                    ctx["KV"] = kernel_uploads[index]
+                if "V" in ctx or "TV" in ctx:
+                    ctx["DV"] = repo["version_format"].format(**ctx)
+                pkg = substitute(s, ctx)
+                pkg["version"] = pkg.get("version") or ctx.get("DV")
+                pkg["upstream_version"] = ctx.get("V") or ctx.get("T") or pkg["version"]
+                pkg["toolkit_version"] = ctx.get("T")
+                pkg["component"] = s.get("component") or repo.get("default_component")
+                pkg["spec_file"] = name
+                out.append(pkg)
     # a family: each member Conflicts with and Replaces every other member (e.g. the module flavours)
     families = {}
     for p in out:
@@ -319,7 +323,8 @@ def control_text(pkg, installed_kb):
               ("Installed-Size", str(installed_kb))]
     if pkg.get("multi_arch"):
         fields.append(("Multi-Arch", pkg["multi_arch"]))
-    for key, field in (("depends", "Depends"), ("recommends", "Recommends"), ("provides", "Provides"),
+    for key, field in (("pre_depends", "Pre-Depends"), ("depends", "Depends"), ("recommends", "Recommends"),
+                       ("provides", "Provides"),
                        ("conflicts", "Conflicts"), ("breaks", "Breaks"), ("replaces", "Replaces")):
         if pkg.get(key):
             fields.append((field, ", ".join(pkg[key])))
