@@ -111,9 +111,12 @@ def test_skipped_tests_and_a_dcgmi_that_cannot_run_are_never_a_pass():
     ok = {"status": "ok", "summary": "DCGM 4.5.2"}
     gated = dcgm.check_dcgm_diag(dd.read_run(226, GATED), 2, ok)
     assert gated["status"] == "fail" and [s["test"] for s in gated["data"]["skipped"]] == ["memory", "pcie"]
-    down = dcgm.check_dcgm_diag(dd.read_run(255, "Error: unable to establish a connection to the specified host: "
-                                                 "localhost\n"), 1, ok)
-    assert down["status"] == "warn" and "unable to establish a connection" in down["summary"]
+    # NVIDIA/DCGM#254: the plugins of the driver's CUDA major are not installed (dcgmi -v prints no document).
+    missing = read_fixture("dcgmi", "diag-r3-v_4.4.1_4xV100_cuda12-plugins-missing_DCGM-254.txt")
+    down = dcgm.check_dcgm_diag(dd.read_run(226, missing), 3, ok)
+    assert down["status"] == "warn" and down["summary"].startswith(
+        "dcgmi diag -r 3 did not run: Error: Unable to complete diagnostic for entities 0,1,2,3.")
+    assert "Cannot load plugins" in down["summary"]
     assert dcgm.check_dcgm_diag(None, 1, {"status": "skipped", "summary": "DCGM is not installed"})["status"] == \
         "skipped"
     assert dcgm.check_dcgm_diag(None, 0, ok)["status"] == "skipped"
