@@ -167,6 +167,19 @@ ENTRIES = (
     # "cudaGetDeviceProperties returned 802" and the samples' checkCudaErrors "code=802(cudaErrorSystemNotReady)"
     # (tests/fixtures/fabric/cuda-802_bandwidthTest_*), PyTorch "Error 802: system not yet initialized"
     # (tests/fixtures/fabric/cuda-802_pytorch-*), gpu_burn's "system not yet initialized" (errors/002).
+    # --- dcgm: dcgmi's own words (tests/fixtures/dcgmi/: NVIDIA/dcgm-exporter#193, NVIDIA/DCGM#254) ------------------
+    _e("dcgm_hostengine_unreachable", "dcgm",
+       r"Unable to connect to host engine|unable to establish a connection to the specified host",
+       "dcgmi cannot reach DCGM's host engine (nv-hostengine, unit nvidia-dcgm): it is not running, or it listens "
+       "elsewhere than dcgmi asks",
+       "`systemctl enable --now nvidia-dcgm`; `journalctl -u nvidia-dcgm -b` says why it stopped",
+       "site.yml --tags dcgm -e gpuhost_dcgm=true", gate=("host engine", "specified host")),
+    _e("dcgm_plugins_missing", "dcgm",
+       r"Cannot load plugins\. Unable to change to the plugin dir '[^']*/plugins/cuda\d+/?'",
+       "DCGM's diagnostic has no plugins for the CUDA major it runs with: datacenter-gpu-manager-4-cuda<N> is not "
+       "installed (N: the major of nvidia-smi's CUDA Version; 12 on Maxwell, Pascal and Volta GPUs)",
+       "`apt-get install datacenter-gpu-manager-4-cuda<N>` at the version of datacenter-gpu-manager-4-core, "
+       "then hold it", "site.yml --tags dcgm -e gpuhost_dcgm=true", gate=("cannot load plugins",)),
     _e("fabric_manager_not_running", "fabric",
        r"cuda\w+ returned 802\b|system not yet initialized|CUDA error 802|\berror 802\b|\bcode=802\b|"
        r"cudaErrorSystemNotReady",

@@ -413,3 +413,16 @@ def test_every_memlock_text_has_its_source():
     with open(os.path.join(FIXTURES, "memlock", "README.md"), encoding="utf-8") as handle:
         readme = handle.read()
     assert [n for n in MEMLOCK_FILES if n.endswith(".txt") and "`%s`" % n not in readme] == []
+
+
+@pytest.mark.parametrize("name, kind", [
+    # NVIDIA/dcgm-exporter#193: dcgmi without a running nv-hostengine (both of its lines).
+    ("not-connected_discovery-l_dcgm-exporter-193.txt", "dcgm_hostengine_unreachable"),
+    # NVIDIA/DCGM#254: DCGM 4.4.1 on V100s whose cuda12 plugin package is not installed.
+    ("diag-r3-v_4.4.1_4xV100_cuda12-plugins-missing_DCGM-254.txt", "dcgm_plugins_missing"),
+])
+def test_dcgmi_refusals_land_on_the_dcgm_layer(name, kind):
+    with open(os.path.join(FIXTURES, "dcgmi", name), "rb") as handle:
+        findings = ex.explain(handle.read())["findings"]
+    assert [(f["layer"], f["kind"]) for f in findings][:1] == [("dcgm", kind)]
+    assert "site.yml --tags dcgm" in findings[0]["gpuhost"]
