@@ -77,7 +77,9 @@ def check_dcgm_diag(run, level, dcgm_result, mig_gpus=()):
     found = run["verdict"] or {}
     lines = (found.get("messages") or [])[:8] or [summary(run, level)]
     ev = evidence(command, lines, run["rc"])
-    data = {"level": level, "status": run["status"], "failed": found.get("failed") or [],
+    tested = sorted(set(r["entity_id"] for t in (run["parsed"] or {}).get("tests") or [] for r in t["results"]
+                        if r["entity_group"] in (None, "GPU")), key=str)
+    data = {"level": level, "status": run["status"], "gpus": tested, "failed": found.get("failed") or [],
             "skipped": found.get("skipped") or [], "error": run["error"]}
     if run["status"] == "pass":
         return result("dcgm_diag", "health", "ok", summary(run, level), ev=ev, data=data)

@@ -1,0 +1,67 @@
+"""gpuhost's metrics for the node exporter's textfile collector (module_utils/diagnosis/metrics.py): what a check of a
+host says, as Prometheus' text format; DCGM's diagnostic from a real DCGM 4 document (tests/fixtures/dcgm_diag/)."""
+import re
+
+from conftest import read_fixture
+from diagnosis import metrics
+from gpu import dcgm_diag as dd
+from layers import dcgm
+
+A100 = read_fixture("dcgm_diag", "diag-r1-j_4.1.1_A100-SXM4-40GB_software-fail.json")
+SAMPLE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*",?)*\})? -?[0-9.e+]+$')
+
+
+def _result(**more):
+    diag = dcgm.check_dcgm_diag(dd.read_run(226, A100), 1, {"status": "ok", "summary": "DCGM 4.1.1"})
+    xid = {"name": "xid", "layer": "health", "status": "fail", "data": {"out_of_service": [
+        {"index": 1, "bus_id": "00000000:01:00.0", "uuid": "GPU-1", "xids": [79]}]}}
+    result = {"failed_layer": None, "gpu_count": 2,
+              "layers": {"driver": {"status": "ok", "required": True}, "dcgm": {"status": "skipped", "required": False},
+                         "health": {"status": "fail", "required": False}},
+              "xids": [{"code": 79, "action": "RESTART_BM", "count": 2, "gpus": ["0000:01:00"]}],
+              "checks": [xid, diag]}
+    result.update(more)
+    return result
+
+
+def _samples(text):
+    return [l for l in text.splitlines() if l and not l.startswith("#")]
+
+
+def test_every_line_is_prometheus_text_with_help_and_type_before_its_samples():
+    text = metrics.render(_result())
+    for line in _samples(text):
+        assert SAMPLE.match(line), line
+    names = [l.split()[2] for l in text.splitlines() if l.startswith("# TYPE")]
+    assert len(names) == len(set(names))
+    for name in names:
+        first = next(i for i, l in enumerate(text.splitlines()) if l.startswith(name))
+        assert text.splitlines()[first - 1] == "# TYPE %s gauge" % name
+
+
+def test_layers_xids_out_of_service_and_dcgm_per_gpu():
+    samples = _samples(metrics.render(_result()))
+    assert 'gpuhost_host_ok 1' in samples
+    assert 'gpuhost_layer_ok{layer="driver",required="true"} 1' in samples
+    assert 'gpuhost_layer_ok{layer="health",required="false"} 0' in samples
+    # A layer the check skipped says nothing (DCGM not installed is not a failing DCGM).
+    assert not any('layer="dcgm"' in s for s in samples)
+    assert 'gpuhost_xid_events{action="RESTART_BM",xid="79"} 2' in samples
+    assert 'gpuhost_xid_gpu{pci="0000:01:00",xid="79"} 1' in samples
+    assert 'gpuhost_gpu_out_of_service{bus_id="00000000:01:00.0",gpu="1"} 1' in samples
+    # The A100 failed level 1's software test (persistence mode off, DCGM error 29).
+    assert 'gpuhost_dcgm_diag_ok{gpu="0",level="1"} 0' in samples
+
+
+def test_a_failed_host_and_a_drift_run():
+    drift = {"layers": {"driver": {"state": "ok", "findings": []},
+                        "serving": {"state": "drift", "findings": [{"code": "container_stopped"}]}}}
+    samples = _samples(metrics.render(_result(failed_layer="driver", drift=drift)))
+    assert 'gpuhost_host_ok 0' in samples
+    assert 'gpuhost_drift_findings{layer="serving"} 1' in samples and 'gpuhost_drift_findings{layer="driver"} 0' in samples
+
+
+def test_the_same_state_writes_the_same_bytes_and_labels_are_escaped():
+    assert metrics.render(_result()) == metrics.render(_result())
+    result = _result(xids=[{"code": 13, "action": 'A "quoted"\\ action\n', "count": 1, "gpus": []}])
+    assert 'gpuhost_xid_events{action="A \\"quoted\\"\\\\ action\\n",xid="13"} 1' in _samples(metrics.render(result))
