@@ -31,6 +31,7 @@ from . import boot as bootmod
 from . import catalogue
 from . import mig as _mig
 from . import state as st
+from .smi import pid_alive
 
 VERSION_FILE = "/usr/lib/gpu-sim/dcgm.version"      # the installed DCGM's version, written by its package
 PLUGIN_BASE = "/usr/libexec/datacenter-gpu-manager-4/plugins"
@@ -168,18 +169,6 @@ def minor_tuple(version):
 
 
 # ----- the host engine's view of the GPUs ---------------------------------------------------------------------
-def pid_alive(pid):
-    if not pid:
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError, OverflowError):
-        return True
-    return True
-
-
 def hostengine(state):
     """The running nv-hostengine's record, or None."""
     he = state.get("hostengine") or {}

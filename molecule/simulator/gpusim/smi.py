@@ -760,6 +760,9 @@ def _select_sections(lines, displays):
 
 
 def pid_alive(pid):
+    """Whether a process `pid` runs (one that may not be signalled runs too); no pid is no process."""
+    if not pid:
+        return False
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:

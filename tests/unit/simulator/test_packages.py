@@ -65,6 +65,22 @@ def repo(tmp_path_factory, kernel_release):
     return out
 
 
+def built_repo(tmp_path_factory):
+    """The simulated repositories, built for KVER (build_repo reads the kernel release from the environment; the one
+    before is put back): the CUDA-repository tests' module fixture."""
+    saved = os.environ.get("GPUSIM_KERNEL_RELEASE")
+    os.environ["GPUSIM_KERNEL_RELEASE"] = KVER
+    try:
+        out = str(tmp_path_factory.mktemp("simrepo") / "simrepo")
+        assert build_repo.main(["--out", out]) == 0
+    finally:
+        if saved is None:
+            os.environ.pop("GPUSIM_KERNEL_RELEASE", None)
+        else:
+            os.environ["GPUSIM_KERNEL_RELEASE"] = saved
+    return out
+
+
 def packages_file(path):
     """deb822 paragraphs of a Packages file."""
     with open(path) as fh:

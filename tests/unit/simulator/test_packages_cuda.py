@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from test_packages import KVER, apt, build_repo, installs, packages_file  # noqa: F401 (fixtures' helpers)
+from test_packages import KVER, apt, build_repo, built_repo, installs, packages_file  # noqa: F401 (fixtures' helpers)
 
 pytestmark = pytest.mark.skipif(any(__import__("shutil").which(t) is None
                                     for t in ("dpkg-deb", "apt-ftparchive", "gpg", "gpgv")),
@@ -24,17 +24,7 @@ FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
-    saved = os.environ.get("GPUSIM_KERNEL_RELEASE")
-    os.environ["GPUSIM_KERNEL_RELEASE"] = KVER
-    try:
-        out = str(tmp_path_factory.mktemp("simrepo") / "simrepo")
-        assert build_repo.main(["--out", out]) == 0
-    finally:
-        if saved is None:
-            os.environ.pop("GPUSIM_KERNEL_RELEASE", None)
-        else:
-            os.environ["GPUSIM_KERNEL_RELEASE"] = saved
-    return out
+    return built_repo(tmp_path_factory)
 
 
 def stanzas(repo):

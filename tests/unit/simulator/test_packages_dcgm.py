@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from test_packages import KVER, apt, build_repo, installs, packages_file  # noqa: F401 (the helpers)
+from test_packages import KVER, apt, build_repo, built_repo, installs, packages_file  # noqa: F401 (the helpers)
 
 pytestmark = pytest.mark.skipif(any(__import__("shutil").which(t) is None
                                     for t in ("dpkg-deb", "apt-ftparchive", "gpg", "gpgv")),
@@ -23,17 +23,7 @@ BASE = (("libc6", "2.36-9"), ("lshw", "02.19.git.2021.06.19.996aaad9c7-2"), ("pa
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
-    saved = os.environ.get("GPUSIM_KERNEL_RELEASE")
-    os.environ["GPUSIM_KERNEL_RELEASE"] = KVER
-    try:
-        out = str(tmp_path_factory.mktemp("simrepo") / "simrepo")
-        assert build_repo.main(["--out", out]) == 0
-    finally:
-        if saved is None:
-            os.environ.pop("GPUSIM_KERNEL_RELEASE", None)
-        else:
-            os.environ["GPUSIM_KERNEL_RELEASE"] = saved
-    return out
+    return built_repo(tmp_path_factory)
 
 
 def stanzas(repo, which):
