@@ -47,6 +47,15 @@ options:
     description: Seconds each command may run (an unload that hangs is not waited for forever).
     type: int
     default: 120
+  dcgm_gate_level:
+    description:
+      - Where DCGM's host engine was one of the stopped holders, run C(dcgmi diag -r LEVEL -j) once it runs again on
+        the new driver, before the serving containers come back (2 adds the memory and PCIe tests to level 1's). A
+        test that fails stops the run (the containers stay stopped, the upgrade state says failed), naming the GPU,
+        the test and DCGM's message. 0, no gate.
+    type: int
+    default: 0
+    choices: [0, 1, 2, 3, 4]
 """
 
 EXAMPLES = r"""
@@ -58,6 +67,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+dcgm:
+  description: DCGM's gate after the reload (status, summary), or null where it did not run.
+  returned: always
+  type: dict
 method:
   description: C(reload) (done, or predicted under check mode), C(reboot) (the host must reboot, see reason) or C(none).
   returned: always
@@ -103,6 +116,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.driver import driver_reload as dr
 from ansible.module_utils.driver import kernel_modules as km
 from ansible.module_utils.driver.secure_boot import dep_module_path
+from ansible.module_utils.gpu.dcgm_diag import run_diag, summary
+from ansible.module_utils.gpu.dcgm_install import SERVICE as HOSTENGINE_UNIT
 from ansible.module_utils.gpu.host_parse import HostParseError, parse_proc_version
 from ansible.module_utils.host.runner import ModuleHostIO, step_record
 from ansible.module_utils.runs.atomic_file import read_text, write_atomic
@@ -190,6 +205,7 @@ def main():
         stop_timeout=dict(type="int", default=60),
         state_path=dict(type="path", default=dr.STATE_PATH),
         timeout=dict(type="int", default=120),
+        dcgm_gate_level=dict(type="int", default=0, choices=[0, 1, 2, 3, 4]),
     ), supports_check_mode=True)
     params = module.params
     io = ModuleHostIO(module, timeout=params["timeout"])
@@ -215,7 +231,7 @@ def main():
     decision = dr.decide(target, loaded, loaded_modules, bool(dep_module_path(dep)), module_version, held,
                          km.unloading(modules))
     result = dict(method=decision["method"], reason=decision["reason"], reloaded=False, stopped_containers=[],
-                  services=[], holders=held, steps=[], upgrade_state={}, changed=False)
+                  services=[], holders=held, steps=[], upgrade_state={}, changed=False, dcgm=None)
     if decision["method"] != "reload" or module.check_mode:
         result["changed"] = decision["method"] == "reload"
         module.exit_json(**result)
@@ -262,6 +278,18 @@ def main():
         give_up("nvidia-smi fails after the reload (rc %d)" % rc)
     for unit in dr.service_start_order(services):
         job.run([systemctl, "start", unit])
+    level = params["dcgm_gate_level"]
+    argv, output, diag = run_diag(io, level) if level and HOSTENGINE_UNIT in services else (None, None, None)
+    if diag:
+        said = summary(diag, level)
+        job.steps.append({"step": " ".join(argv), "rc": output[0], "output": said})
+        result["dcgm"] = {"status": diag["status"], "summary": said}
+        if diag["status"] in ("fail", "isolate"):
+            job.state("failed", containers=stopped, services=services, reason=said)
+            result.update(steps=job.steps, upgrade_state=job.record)
+            module.fail_json(msg="driver: %s runs after the reload, but DCGM's gate fails: %s. The serving containers "
+                                 "stay stopped (%s): take the GPU out of service or replace it, then start them"
+                                 % (target, said, ", ".join(stopped) or "none"), **result)
     job.state("verified", containers=stopped, services=services)
     result.update(reloaded=True, reason=decision["reason"], steps=job.steps, upgrade_state=job.record)
     module.exit_json(**result)

@@ -133,6 +133,17 @@ def diag_argv(dcgmi, level):
     return [dcgmi, "diag", "-r", str(level), "-j"]
 
 
+def run_diag(io, level, gpu=None):
+    """`dcgmi diag -r LEVEL -j [-i GPU]` through the host's io (host/runner.py): (argv, its output, read_run's result),
+    or (None, None, None) where dcgmi is not installed."""
+    dcgmi = io.which("dcgmi")
+    if not dcgmi:
+        return None, None, None
+    argv = diag_argv(dcgmi, level) + (["-i", str(gpu)] if gpu is not None else [])
+    output = io.run(argv)
+    return argv, output, read_run(*output)
+
+
 def read_run(rc, stdout, stderr=""):
     """One run of diag_argv(): {rc, status (pass | fail | isolate | error), verdict (or None), parsed (or None),
     error: what dcgmi said where it printed no document (the host engine down, a missing plugin)}."""

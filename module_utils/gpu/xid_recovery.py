@@ -8,7 +8,7 @@ with only its own containers and the GPU's holders stopped, or say it must leave
 Everything runs through the host's io (host/runner.py): docker's CLI, systemctl, nvidia-smi. health(url) -> bool
 is the caller's /health probe (a serving container's OpenAI server), so the steps stay testable without a host.
 """
-from ansible.module_utils.gpu.dcgm_diag import diag_argv, read_run, summary
+from ansible.module_utils.gpu.dcgm_diag import run_diag, summary
 from ansible.module_utils.gpu.nvsmi_reset import parse_reset
 from ansible.module_utils.gpu.xid_policy import bus_key
 from ansible.module_utils.host.runner import command_line, step_record
@@ -58,13 +58,12 @@ def cuda_probe(io, steps, docker, index, probe):
 def dcgm_check(io, steps, index, units):
     """DCGM's level 1 diagnostic on the reset GPU alone (`dcgmi diag -r 1 -j -i N`) where its host engine ran before
     the reset (stopped for it, started again): dcgm_diag.read_run's result, or None where DCGM does not run here."""
-    dcgmi = io.which("dcgmi") if HOLDER_UNITS["nv-hostengine"] in units else None
-    if not dcgmi:
+    if HOLDER_UNITS["nv-hostengine"] not in units:
         return None
-    argv = diag_argv(dcgmi, 1) + ["-i", str(index)]
-    rc, out, err = io.run(argv)
-    steps.append(step_record(command_line(argv), (rc, out, err)))
-    return read_run(rc, out, err)
+    argv, output, found = run_diag(io, 1, index)
+    if argv:
+        steps.append(step_record(command_line(argv), output))
+    return found
 
 
 def active_holder_units(io, systemctl):
