@@ -47,8 +47,6 @@ text:
   type: str
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.diagnosis.metrics import render
 from ansible.module_utils.runs.atomic_file import read_text, write_atomic
@@ -64,7 +62,7 @@ def main():
         module.fail_json(msg="metrics: %s does not end in .prom, so the node exporter's textfile collector never "
                              "reads it" % path)
     text = render(module.params["result"])
-    before = read_text(path) if os.path.exists(path) else None
+    before = read_text(path)
     changed = before != text
     if changed and not module.check_mode:
         # A metrics file is rewritten every time the state changes: no backup of the one before.

@@ -76,7 +76,7 @@ messages:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu.dcgm_diag import diag_argv, read_run, summary
+from ansible.module_utils.gpu.dcgm_diag import FAILED, run_diag, summary
 from ansible.module_utils.host.runner import module_host_io
 
 
@@ -88,19 +88,18 @@ def main():
     ), supports_check_mode=True)
     level = module.params["level"]
     io = module_host_io(module)
-    dcgmi = io.which("dcgmi")
-    if not dcgmi:
+    _argv, output, run = run_diag(io, level)
+    if run is None:
         module.fail_json(msg="dcgm: dcgmi is not installed: DCGM 4's datacenter-gpu-manager-4-core "
                              "(site.yml --tags dcgm -e gpuhost_dcgm=true)", status="error", rc=None)
-    rc, out, err = io.run(diag_argv(dcgmi, level))
-    run = read_run(rc, out, err)
+    rc = output[0]
     found = run["verdict"] or {}
     said = summary(run, level)
     messages = found.get("messages") or ([run["error"]] if run["error"] else [])
     result = dict(changed=False, status=run["status"], rc=rc, summary=said, failed=found.get("failed") or [],
                   skipped=found.get("skipped") or [], messages=messages)
     if run["status"] != "pass" and module.params["fail_on_failure"]:
-        if run["status"] in ("fail", "isolate"):
+        if run["status"] in FAILED:
             fix = ("take the GPU out of service (stop what runs on it) and run `dcgmi diag -r 3` on it; a failure that "
                    "stays after a GPU reset or a reboot is the hardware's: NVIDIA support, with `nvidia-bug-report.sh`")
         else:

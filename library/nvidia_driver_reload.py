@@ -116,7 +116,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.driver import driver_reload as dr
 from ansible.module_utils.driver import kernel_modules as km
 from ansible.module_utils.driver.secure_boot import dep_module_path
-from ansible.module_utils.gpu.dcgm_diag import run_diag, summary
+from ansible.module_utils.gpu.dcgm_diag import FAILED, run_diag, summary
 from ansible.module_utils.gpu.dcgm_install import SERVICE as HOSTENGINE_UNIT
 from ansible.module_utils.gpu.host_parse import HostParseError, parse_proc_version
 from ansible.module_utils.host.runner import ModuleHostIO, step_record
@@ -284,7 +284,7 @@ def main():
         said = summary(diag, level)
         job.steps.append({"step": " ".join(argv), "rc": output[0], "output": said})
         result["dcgm"] = {"status": diag["status"], "summary": said}
-        if diag["status"] in ("fail", "isolate"):
+        if diag["status"] in FAILED:
             job.state("failed", containers=stopped, services=services, reason=said)
             result.update(steps=job.steps, upgrade_state=job.record)
             module.fail_json(msg="driver: %s runs after the reload, but DCGM's gate fails: %s. The serving containers "

@@ -128,6 +128,16 @@ def verdict(parsed, rc=None):
     return {"status": status, "exit": meaning, "failed": failed, "skipped": skipped, "messages": messages}
 
 
+# A run whose GPU failed a test (isolate: DCGM asks to take the GPU out as well).
+FAILED = ("fail", "isolate")
+
+
+def tested_gpus(parsed):
+    """The GPU ids a parsed document has results for, in order."""
+    return sorted(set(r["entity_id"] for t in (parsed or {}).get("tests") or [] for r in t["results"]
+                      if r["entity_group"] in (None, "GPU")), key=str)
+
+
 def diag_argv(dcgmi, level):
     """`dcgmi diag -r LEVEL -j`: the run at a level (1 software, 2 adds memory and PCIe, 3 and 4 stress)."""
     return [dcgmi, "diag", "-r", str(level), "-j"]
@@ -164,8 +174,7 @@ def summary(run, level):
         return "dcgmi diag -r %s did not run: %s" % (level, run["error"])
     found = run["verdict"]
     if found["status"] == "pass":
-        gpus = sorted(set(r["entity_id"] for t in run["parsed"]["tests"] for r in t["results"]
-                          if r["entity_group"] in (None, "GPU")), key=str)
+        gpus = tested_gpus(run["parsed"])
         skipped = len(found["skipped"])
         return "dcgmi diag -r %s passed on GPU %s%s" % (
             level, ", ".join(str(g) for g in gpus) or "(none named)",

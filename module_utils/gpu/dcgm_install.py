@@ -16,6 +16,7 @@ Pure stdlib, no Ansible imports.
 import fnmatch
 import re
 
+from ansible.module_utils.containers.cuda_requirement import CudaRequirementError, cuda_major_minor
 from ansible.module_utils.driver.debian_version import upstream_version
 from ansible.module_utils.driver.driver_packages import parse_madison
 from ansible.module_utils.host import dpkg
@@ -42,11 +43,6 @@ class DcgmPlanError(ValueError):
     """The host cannot take DCGM as asked; the message says why and what to do."""
 
 
-def _major(version):
-    match = re.match(r"^\s*(\d+)\.", str(version or ""))
-    return int(match.group(1)) if match else None
-
-
 def cuda_major(cuda_driver_version, architectures=(), wanted=None):
     """(the CUDA major of DCGM's plugins, why): `wanted` where the operator set one, else the CUDA major the driver
     reports (nvidia-smi's "CUDA Version"), 12 where a GPU's architecture is one CUDA 13 dropped."""
@@ -56,8 +52,9 @@ def cuda_major(cuda_driver_version, architectures=(), wanted=None):
         except (TypeError, ValueError):
             raise DcgmPlanError("nvidia_dcgm_cuda_major must be a CUDA major version such as 12 or 13, not %r"
                                 % (wanted,))
-    major = _major(cuda_driver_version)
-    if major is None:
+    try:
+        major = int(cuda_major_minor(cuda_driver_version).split(".")[0])
+    except CudaRequirementError:
         raise DcgmPlanError("the driver reports no CUDA version (nvidia-smi does not work?): DCGM's diagnostic "
                             "plugins follow it; install the driver first (site.yml --tags driver) or set "
                             "nvidia_dcgm_cuda_major")
@@ -116,8 +113,8 @@ def plan(dpkg_text, madison_text, major, wanted_version=None):
                                "check nvidia_dcgm_cuda_repo_url and that apt's index is fresh"))
     if not release:
         release = upstream_version(install[0].split("=", 1)[1])
-    remove = sorted(name for name in installed if name == DCGM3 or (
-        _CUDA_PLUGINS.match(name) and name != CUDA_PACKAGE % major))
+    remove = sorted(([DCGM3] if DCGM3 in installed else [])
+                    + [name for plugin_major, name in installed_plugins(installed).items() if plugin_major != major])
     return {"packages": names, "install": install, "remove": remove, "installed": installed,
             "version": release,
             "held": sorted(name for name in names if (packages.get(name) or {}).get("held")),

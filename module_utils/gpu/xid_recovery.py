@@ -8,7 +8,7 @@ with only its own containers and the GPU's holders stopped, or say it must leave
 Everything runs through the host's io (host/runner.py): docker's CLI, systemctl, nvidia-smi. health(url) -> bool
 is the caller's /health probe (a serving container's OpenAI server), so the steps stay testable without a host.
 """
-from ansible.module_utils.gpu.dcgm_diag import run_diag, summary
+from ansible.module_utils.gpu.dcgm_diag import FAILED, run_diag, summary
 from ansible.module_utils.gpu.nvsmi_reset import parse_reset
 from ansible.module_utils.gpu.xid_policy import bus_key
 from ansible.module_utils.host.runner import command_line, step_record
@@ -154,7 +154,7 @@ def _reset(io, plan, docker, smi, systemctl, urls, health, outcome, probe=None):
         diag = dcgm_check(io, steps, index, held)
         if diag:
             outcome["dcgm"] = {"status": diag["status"], "summary": summary(diag, 1)}
-            if diag["status"] in ("fail", "isolate"):
+            if diag["status"] in FAILED:
                 reset_ok = False
                 outcome["reason"] = "GPU %s was reset but %s" % (index, outcome["dcgm"]["summary"])
             elif diag["status"] != "pass":

@@ -5,7 +5,7 @@
 """Layer `dcgm`: NVIDIA's Data Center GPU Manager (role nvidia_dcgm): DCGM 4 installed with the diagnostic's
 plugins for the driver's CUDA major, its host engine (nvidia-dcgm.service) running. The GPUs' diagnostic itself
 (`dcgmi diag -r 1`) is the health layer's check dcgm_diag (check_dcgm_diag below, listed there)."""
-from ansible.module_utils.gpu.dcgm_diag import read_run, summary
+from ansible.module_utils.gpu.dcgm_diag import FAILED, read_run, summary, tested_gpus
 from ansible.module_utils.gpu.dcgm_install import (CORE, CUDA_PACKAGE, DCGM3, SERVICE, DcgmPlanError, cuda_major,
                                                    installed_plugins)
 from ansible.module_utils.driver.debian_version import upstream_version
@@ -77,13 +77,11 @@ def check_dcgm_diag(run, level, dcgm_result, mig_gpus=()):
     found = run["verdict"] or {}
     lines = (found.get("messages") or [])[:8] or [summary(run, level)]
     ev = evidence(command, lines, run["rc"])
-    tested = sorted(set(r["entity_id"] for t in (run["parsed"] or {}).get("tests") or [] for r in t["results"]
-                        if r["entity_group"] in (None, "GPU")), key=str)
-    data = {"level": level, "status": run["status"], "gpus": tested, "failed": found.get("failed") or [],
+    data = {"level": level, "status": run["status"], "gpus": tested_gpus(run["parsed"]), "failed": found.get("failed") or [],
             "skipped": found.get("skipped") or [], "error": run["error"]}
     if run["status"] == "pass":
         return result("dcgm_diag", "health", "ok", summary(run, level), ev=ev, data=data)
-    if run["status"] in ("fail", "isolate"):
+    if run["status"] in FAILED:
         gpus = sorted(set(str(f["gpu"]) for f in found["failed"]))
         remedy = ("take GPU %s out of service and run `dcgmi diag -r 3` on it; %s" % (
             ", ".join(gpus) or "?", "DCGM asks to isolate it: replace it (NVIDIA support, with `nvidia-bug-report.sh`)"
