@@ -40,6 +40,7 @@ harness: sysdeps venv
 	@mkdir -p .cache/apt/bookworm/partial .cache/apt/trixie/partial
 	@tests/harness/testimage.sh
 	@tests/harness/simrepo.sh start
+	@tests/harness/promtool.sh >/dev/null
 
 lint: venv
 	$(VENV)/bin/python -m pytest -q tests/lint

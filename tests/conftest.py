@@ -2,6 +2,8 @@
 import os
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 for sub in ("library", "bin"):
     path = os.path.join(ROOT, sub)
@@ -82,3 +84,14 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line("%-16s %6.0f  %s" % (scenario, seconds, "ok" if passed else "FAILED"))
     total = sum(seconds for _name, _passed, seconds in MOLECULE_SCENARIOS)
     terminalreporter.write_line("%-16s %6.0f  (%.1f min)" % ("total", total, total / 60))
+
+
+@pytest.fixture(scope="session")
+def promtool():
+    """promtool's path (.cache/tools/, from Debian's prometheus package: tests/harness/promtool.sh fetches it once)."""
+    import subprocess
+    proc = subprocess.run(["bash", os.path.join(ROOT, "tests", "harness", "promtool.sh")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, "tests/harness/promtool.sh could not provide promtool:\n" + proc.stderr
+    return proc.stdout.strip()
+

@@ -65,3 +65,11 @@ def test_the_same_state_writes_the_same_bytes_and_labels_are_escaped():
     assert metrics.render(_result()) == metrics.render(_result())
     result = _result(xids=[{"code": 13, "action": 'A "quoted"\\ action\n', "count": 1, "gpus": []}])
     assert 'gpuhost_xid_events{action="A \\"quoted\\"\\\\ action\\n",xid="13"} 1' in _samples(metrics.render(result))
+
+
+def test_promtool_accepts_the_text(promtool):
+    """Prometheus' own checker on what the textfile collector will read (issue 40: `promtool check metrics`)."""
+    import subprocess
+    text = metrics.render(_result(drift={"layers": {"cdi": {"findings": [{"what": "spec"}]}}}))
+    proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
