@@ -41,6 +41,14 @@ options:
     description: Reset a GPU whose MIG mode stays pending (C(nvidia-smi -r -i N)); off, the run stops there.
     type: bool
     default: true
+  clients:
+    description:
+      - systemd units of driver clients that keep every GPU open (DCGM's host engine, its exporter, NVSM): those
+        active are stopped, in this order, around a MIG mode change and started again afterwards, whatever
+        happened, as NVIDIA's mig-parted does. Instance changes alone stop nothing.
+    type: list
+    elements: str
+    default: [dcgm-exporter.service, nvsm.service, nvidia-dcgm.service]
 notes:
   - Supports check mode (the commands that would run are returned; a GPU with MIG off is validated only once its
     mode is on) and diff mode (one line per declared GPU).
@@ -73,23 +81,30 @@ after:
   description: The same after the run (as it would be, in check mode).
   returned: always
   type: dict
+clients_stopped:
+  description: The units of I(clients) stopped for a MIG mode change and started again (none in check mode).
+  returned: always
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.gpu.mig_apply import MigError, apply, diff_text
+from ansible.module_utils.gpu.mig_apply import CLIENTS, MigError, apply, diff_text
 from ansible.module_utils.host.runner import ModuleHostIO
 
 
 def main():
     module = AnsibleModule(argument_spec=dict(layout=dict(type="dict", required=True),
                                               allow_disruption=dict(type="bool", default=False),
-                                              reset=dict(type="bool", default=True)),
+                                              reset=dict(type="bool", default=True),
+                                              clients=dict(type="list", elements="str", default=list(CLIENTS))),
                            supports_check_mode=True)
 
     try:
         result = apply(module.params["layout"], ModuleHostIO(module).run, check_mode=module.check_mode,
-                       allow_disruption=module.params["allow_disruption"], reset=module.params["reset"])
+                       allow_disruption=module.params["allow_disruption"], reset=module.params["reset"],
+                       clients=module.params["clients"])
     except MigError as exc:
         module.fail_json(msg=exc.msg, changed=exc.changed, **exc.details)
     result["before"] = dict((str(k), v) for k, v in result["before"].items())

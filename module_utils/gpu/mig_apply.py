@@ -10,7 +10,7 @@ Pure stdlib (python >= 3.9), no Ansible imports. Every nvidia-smi call goes thro
 or recorded nvidia-smi).
 
     normalise_layout(layout)            {gpu index: [profile names] | "disabled"}; LayoutError when malformed
-    apply(layout, run, check_mode, allow_disruption, reset)   read, validate, refuse, change; a result dict
+    apply(layout, run, check_mode, allow_disruption, reset, clients)   read, validate, refuse, change; a result dict
     main(argv, run=None)                the boot script: apply the layout file, print what was done
 
 The order, per run (nothing changes until every declared GPU passed the checks that can be made):
@@ -26,6 +26,10 @@ The order, per run (nothing changes until every declared GPU passed the checks t
    this run turned on is validated right after, and a layout it cannot hold turns MIG mode off again
    before the refusal. Then the nvidia-smi mig commands of mig_parse.mig_commands, and a final -lgi that
    must show the declared layout. `disabled`: the GPU's instances destroyed, MIG mode off.
+   Around a MIG mode change, the active `clients` (systemd units of driver clients that keep every GPU open:
+   DCGM's host engine, its exporter, NVSM) are stopped and started again afterwards, whatever happened, as
+   NVIDIA's mig-parted does (deployments/systemd/hooks.sh, pre-apply-mode / apply-exit): with them running the
+   mode stays pending and the reset fails. The boot script passes none: its unit runs before them.
 
 GPUs the layout does not name are never touched. An empty list means MIG mode on and no instance.
 """
@@ -41,6 +45,9 @@ DISABLED = "disabled"
 LAYER = "MIG layer (nvidia_mig)"
 # Seconds each nvidia-smi call of the boot script may run (a GPU reset takes a while).
 BOOT_TIMEOUT = 300
+# The driver clients stopped around a MIG mode change, in stop order (mig-parted's driver and k8s services that
+# hold GPUs: the exporter before the host engine it reads); started again in the reverse order.
+CLIENTS = ("dcgm-exporter.service", "nvsm.service", "nvidia-dcgm.service")
 
 
 class MigError(Exception):
@@ -249,11 +256,11 @@ def _mode_off(run, gpu, reset):
                    changed=True)
 
 
-def apply(layout, run, check_mode=False, allow_disruption=False, reset=True):
+def apply(layout, run, check_mode=False, allow_disruption=False, reset=True, clients=()):
     """Bring the declared GPUs to the layout. Returns {changed, gpus: [...], commands, before, after};
     raises MigError (msg names the layer, the GPU and the fix; .changed whether something had changed)."""
     wanted = normalise_layout(layout)
-    result = {"changed": False, "gpus": [], "commands": [], "before": {}, "after": {}}
+    result = {"changed": False, "gpus": [], "commands": [], "before": {}, "after": {}, "clients_stopped": []}
     if not wanted:
         return result
     gpus = read_gpus(run)
@@ -286,6 +293,36 @@ def apply(layout, run, check_mode=False, allow_disruption=False, reset=True):
         plans.append((gpu, plan))
     if refusals:
         raise MigError(" | ".join(refusals))
+    mode_change = any(plan["enable"] or plan["disable"] for _gpu, plan in plans)
+    result["clients_stopped"] = [] if check_mode or not mode_change else stop_clients(run, clients)
+    try:
+        _carry_out_plans(run, plans, result, check_mode, reset)
+    finally:
+        start_clients(run, result["clients_stopped"])
+    return result
+
+
+def stop_clients(run, clients):
+    """Stop the active units of `clients` in their order; the list of those stopped."""
+    stopped = []
+    for unit in clients or ():
+        if (run(["systemctl", "is-active", unit])[1] or "").strip() != "active":
+            continue
+        rc, out, err = run(["systemctl", "stop", unit])
+        if rc != 0:
+            start_clients(run, stopped)
+            raise MigError("%s: could not stop %s before the MIG mode change (it holds the GPUs): %s. Stop it and "
+                           "run again." % (LAYER, unit, " ".join((err or out).split())))
+        stopped.append(unit)
+    return stopped
+
+
+def start_clients(run, stopped):
+    for unit in reversed(stopped or ()):
+        run(["systemctl", "start", unit])
+
+
+def _carry_out_plans(run, plans, result, check_mode, reset):
     for gpu, plan in plans:
         entry = {"gpu": gpu["index"], "uuid": gpu["uuid"], "name": gpu["name"], "want": plan["want"],
                  "mode_before": gpu["status"], "before": plan["before"], "changed": needs_change(plan),
@@ -303,7 +340,6 @@ def apply(layout, run, check_mode=False, allow_disruption=False, reset=True):
                                              describe("enabled", want))
             continue
         _carry_out(run, gpu, plan, entry, result, reset)
-    return result
 
 
 def _carry_out(run, gpu, plan, entry, result, reset):

@@ -280,3 +280,79 @@ def test_diff_text_one_line_per_gpu():
 def test_state_module_is_the_simulators():
     # guard: the tests drive the simulator, not a stub
     assert hasattr(ctl, "init_state") and hasattr(simstate, "load")
+
+
+class DcgmHost(Sim):
+    """The simulated host with DCGM's host engine running as nvidia-dcgm.service (it has every GPU open, so a MIG
+    mode change stays pending: gpusim/mig.py), and systemctl for that unit."""
+
+    UNIT = "nvidia-dcgm.service"
+
+    def __init__(self, tmp_path, *models):
+        Sim.__init__(self, tmp_path, *models)
+        self.start()
+
+    def start(self):
+        edit(self.path, lambda s: s.update(hostengine={"pid": os.getpid(), "version": "4.5.2", "daemon": True,
+                                                       "gpus": [g["uuid"] for g in s["gpus"]]}))
+
+    def run(self, argv):
+        if argv[0] != "systemctl":
+            return Sim.run(self, argv)
+        self.log.append(" ".join(argv))
+        verb, unit = argv[1], argv[2]
+        active = unit == self.UNIT and bool((simstate_load(self.path).get("hostengine") or {}).get("gpus"))
+        if verb == "is-active":
+            return (0, "active\n", "") if active else (3, "inactive\n", "")
+        if verb == "stop" and unit == self.UNIT:
+            edit(self.path, lambda s: s.update(hostengine={"pid": None, "gpus": []}))
+        if verb == "start" and unit == self.UNIT:
+            self.start()
+        return 0, "", ""
+
+
+def simstate_load(path):
+    with open(str(path)) as fh:
+        return json.load(fh)
+
+
+def test_dcgm_is_stopped_around_a_mig_mode_change_and_started_again(tmp_path):
+    host = DcgmHost(tmp_path)
+    # Without the clients list the host engine keeps the H100 open: the mode stays pending and the reset fails.
+    with pytest.raises(mig_apply.MigError) as err:
+        mig_apply.apply(TWO, host.run)
+    assert "pending" in err.value.msg
+    host.smi("-mig", "0")
+    host.log = []
+    result = mig_apply.apply(TWO, host.run, clients=mig_apply.CLIENTS)
+    assert result["changed"] and result["clients_stopped"] == ["nvidia-dcgm.service"]
+    changes = [c for c in host.changes() if not c.startswith("systemctl is-active")]
+    assert changes == ["systemctl stop nvidia-dcgm.service", "nvidia-smi -i 0 -mig 1",
+                       "nvidia-smi mig -i 0 -cgi 3g.40gb,3g.40gb -C", "systemctl start nvidia-dcgm.service"]
+    assert sorted(g["name"] for g in host.gis()) == ["3g.40gb", "3g.40gb"]
+    assert simstate_load(host.path)["hostengine"]["gpus"], "the host engine runs again"
+
+
+def test_instance_changes_and_check_mode_stop_no_client(tmp_path):
+    host = DcgmHost(tmp_path)
+    host.run(["systemctl", "stop", DcgmHost.UNIT])
+    host.smi("-mig", "1")
+    host.start()
+    host.log = []
+    result = mig_apply.apply(TWO, host.run, clients=mig_apply.CLIENTS)
+    assert result["changed"] and result["clients_stopped"] == []
+    assert not [c for c in host.log if c.startswith("systemctl")]
+    host.log = []
+    result = mig_apply.apply({"0": "disabled"}, host.run, check_mode=True, clients=mig_apply.CLIENTS)
+    assert result["changed"] and result["clients_stopped"] == []
+    assert not [c for c in host.log if c.startswith("systemctl")]
+
+
+def test_clients_are_started_again_when_the_change_fails(tmp_path):
+    host = DcgmHost(tmp_path, "a100-80gb")
+    edit(host.path, lambda s: s["gpus"][0].update(persistence_mode=True))   # persistence holds an A100 as well
+    with pytest.raises(mig_apply.MigError) as err:
+        mig_apply.apply({"0": ["3g.40gb"]}, host.run, clients=mig_apply.CLIENTS)
+    assert "pending" in err.value.msg
+    assert host.log[-1] == "systemctl start nvidia-dcgm.service"
+    assert simstate_load(host.path)["hostengine"]["gpus"]
