@@ -43,7 +43,7 @@ options:
     default: true
   clients:
     description:
-      - systemd units of driver clients that keep every GPU open (DCGM's host engine, its exporter, NVSM): those
+      - systemd units of driver clients that keep every GPU open (DCGM's host engine, its exporter, NVSM). Those
         active are stopped, in this order, around a MIG mode change and started again afterwards, whatever
         happened, as NVIDIA's mig-parted does. Instance changes alone stop nothing.
     type: list
