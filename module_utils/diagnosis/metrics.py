@@ -8,7 +8,8 @@ the text exposition format (prometheus.io "Exposition formats", text 0.0.4), one
 No timestamp is written: the node exporter exports each file's mtime (node_textfile_mtime_seconds), so the same
 state writes the same bytes and a run that found nothing new changes nothing.
 
-    text = render(stack_result)      # gpu_stack_check's result (gpu_validate_result)
+    text = render(stack_result, record)   # gpu_stack_check's result (gpu_validate_result); gpuhost's record
+                                          # (ansible_local.gpuhost, parsed), for the serving instances' figures
 
 Pure stdlib, no Ansible imports.
 """
@@ -43,8 +44,38 @@ def _check(result, name):
     return next((c for c in result.get("checks") or [] if c.get("name") == name), None) or {}
 
 
-def render(result):
-    """The metrics of a gpu_stack_check result, as the text the textfile collector reads."""
+def _number(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _serving(result, record, up, kv_tokens, concurrency, model_len):
+    """Per serving instance (label vllm_instance: `instance` is the scrape target's own): whether it runs (the
+    serving layer's check) and, from gpuhost's record, the KV cache its plan and its startup log gave it and how
+    many requests of max_model_len tokens that holds (KV tokens over max_model_len, vLLM's "Maximum concurrency"):
+    the instance's headroom."""
+    data = _check(result, "serving_running").get("data") or {}
+    for name in data.get("running") or []:
+        up.add(1, vllm_instance=name)
+    for name in (data.get("stopped") or []) + (data.get("missing") or []):
+        up.add(0, vllm_instance=name)
+    vllm = (record or {}).get("vllm") if isinstance(record, dict) else None
+    instances = vllm.get("instances") if isinstance(vllm, dict) else None
+    for name, inst in sorted(instances.items() if isinstance(instances, dict) else ()):
+        if not isinstance(inst, dict):
+            continue
+        if _number(inst.get("max_model_len")) is not None:
+            model_len.add(inst["max_model_len"], vllm_instance=name)
+        for source in ("plan", "startup"):
+            figures = inst.get(source) if isinstance(inst.get(source), dict) else {}
+            if _number(figures.get("kv_cache_tokens")) is not None:
+                kv_tokens.add(figures["kv_cache_tokens"], vllm_instance=name, source=source)
+            if _number(figures.get("max_concurrency")) is not None:
+                concurrency.add(figures["max_concurrency"], vllm_instance=name, source=source)
+
+
+def render(result, record=None):
+    """The metrics of a gpu_stack_check result (and the serving instances of gpuhost's record), as the text the
+    textfile collector reads."""
     layers = result.get("layers") or {}
     host_ok = _Family("gpuhost_host_ok", "1 when every layer gpuhost requires on the host checks out, 0 when one fails.")
     layer_ok = _Family("gpuhost_layer_ok", "1 when the layer checks out (ok or warn), 0 when it fails; a layer the "
@@ -57,6 +88,12 @@ def render(result):
     diag = _Family("gpuhost_dcgm_diag_ok", "DCGM's diagnostic per GPU at the level run: 1 every test passed, 0 a "
                                            "test failed.")
     drifted = _Family("gpuhost_drift_findings", "What drift found per layer against gpuhost's record (a drift run).")
+    up = _Family("gpuhost_vllm_instance_up", "1 when the serving container runs, 0 when it is stopped or missing.")
+    kv_tokens = _Family("gpuhost_vllm_kv_cache_tokens", "KV cache tokens of the serving instance: its memory plan's "
+                                                        "(source=plan) and its startup log's (source=startup).")
+    concurrency = _Family("gpuhost_vllm_max_concurrency", "Requests of max_model_len tokens the KV cache holds at "
+                                                          "once (KV tokens / max_model_len): the instance's headroom.")
+    model_len = _Family("gpuhost_vllm_max_model_len", "The serving instance's max_model_len (tokens per request).")
     host_ok.add(0 if result.get("failed_layer") else 1)
     for name in registry.STACK_LAYERS:
         layer = layers.get(name) or {}
@@ -79,5 +116,6 @@ def render(result):
             diag.add(0 if str(gpu) in failed else 1, gpu=gpu, level=data.get("level"))
     for name, layer in sorted(((result.get("drift") or {}).get("layers") or {}).items()):
         drifted.add(len(layer.get("findings") or []), layer=name)
-    families = (host_ok, layer_ok, gpus, xids, xid_gpus, out, diag, drifted)
+    _serving(result, record, up, kv_tokens, concurrency, model_len)
+    families = (host_ok, layer_ok, gpus, xids, xid_gpus, out, diag, drifted, up, kv_tokens, concurrency, model_len)
     return "\n".join(line for family in families for line in family.lines()) + "\n"

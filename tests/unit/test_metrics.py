@@ -70,6 +70,37 @@ def test_the_same_state_writes_the_same_bytes_and_labels_are_escaped():
 def test_promtool_accepts_the_text(promtool):
     """Prometheus' own checker on what the textfile collector will read (issue 40: `promtool check metrics`)."""
     import subprocess
-    text = metrics.render(_result(drift={"layers": {"cdi": {"findings": [{"what": "spec"}]}}}))
+    base = _result(drift={"layers": {"cdi": {"findings": [{"what": "spec"}]}}})
+    text = metrics.render(dict(base, checks=base["checks"] + [SERVING]), RECORD)
     proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+
+
+SERVING = {"name": "serving_running", "layer": "serving", "status": "fail",
+           "data": {"running": ["qwen3-32b-fp8"], "stopped": ["qwen25-3b-awq-0"], "missing": ["gone"]}}
+RECORD = {"vllm": {"instances": {
+    "qwen3-32b-fp8": {"max_model_len": 32768,
+                      "plan": {"kv_cache_tokens": 128320, "max_concurrency": 3.92},
+                      "startup": {"kv_cache_tokens": 127136, "max_concurrency": 3.88}},
+    "qwen25-3b-awq-0": {"max_model_len": 4096, "plan": {"kv_cache_tokens": 42400, "max_concurrency": 10.35},
+                        "startup": {"kv_cache_tokens": None, "max_concurrency": None}}}}}
+
+
+def test_serving_instances_running_and_their_headroom_from_the_record():
+    """Per instance: up from the serving layer's check; KV tokens and the requests of max_model_len they hold, as the
+    plan and as the startup log said (the record's figures: vLLM's "Maximum concurrency for 32,768 tokens per
+    request: 3.88x" is 127,136 KV tokens / 32,768)."""
+    text = metrics.render(_result(checks=[SERVING]), RECORD)
+    lines = _samples(text)
+    assert 'gpuhost_vllm_instance_up{vllm_instance="qwen3-32b-fp8"} 1' in lines
+    assert 'gpuhost_vllm_instance_up{vllm_instance="qwen25-3b-awq-0"} 0' in lines
+    assert 'gpuhost_vllm_instance_up{vllm_instance="gone"} 0' in lines
+    assert 'gpuhost_vllm_max_concurrency{source="startup",vllm_instance="qwen3-32b-fp8"} 3.88' in lines
+    assert 'gpuhost_vllm_max_concurrency{source="plan",vllm_instance="qwen3-32b-fp8"} 3.92' in lines
+    assert 'gpuhost_vllm_kv_cache_tokens{source="startup",vllm_instance="qwen3-32b-fp8"} 127136' in lines
+    assert 'gpuhost_vllm_max_model_len{vllm_instance="qwen25-3b-awq-0"} 4096' in lines
+    # A start whose log gave no figure has no startup sample (not a zero that would read as no headroom).
+    assert not [l for l in lines if 'source="startup",vllm_instance="qwen25-3b-awq-0"' in l]
+    # No record (or one without a vllm section): no figures, the rest as before.
+    assert "gpuhost_vllm_max_concurrency" not in metrics.render(_result(checks=[SERVING]), None)
+    assert "gpuhost_vllm_max_concurrency" not in metrics.render(_result(checks=[SERVING]), {"vllm": "broken"})
