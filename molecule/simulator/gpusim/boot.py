@@ -1,6 +1,7 @@
 """What a boot does to the simulated host (gpusim-boot.service, oneshot, before docker and persistenced).
 
-- a reboot ends every process, resets persistence mode and the kernel log, recovers lost GPUs;
+- a reboot ends every process, resets persistence mode and the kernel log, recovers lost GPUs, and gives the kernel
+  a new boot id (/proc/sys/kernel/random/boot_id, bound over the machine's: mount_boot_id);
 - loaded := installed (the kernel module of the installed package is what the new kernel loads),
   unless faults.module_not_loaded;
 - when loaded: /proc/driver/nvidia/version (and gpus/<bus>/information) in the real format, and the
@@ -317,9 +318,36 @@ def boot(state_path=None, root="/"):
     os.makedirs(marker, exist_ok=True)
     with open(os.path.join(marker, "boot-id"), "w") as fh:
         fh.write(state["boot"]["id"] + "\n")
+    if os.path.abspath(root) == "/":
+        mount_boot_id(os.path.join(marker, "boot-id"))
     if state.get("kmsg"):
         write_kmsg(holder["log"], root)
     return state, made
+
+
+KERNEL_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def _mounted(path):
+    with open("/proc/self/mountinfo") as fh:
+        return any(line.split()[4] == path for line in fh if len(line.split()) > 4)
+
+
+def mount_boot_id(source):
+    """The kernel's boot id for this boot: a container restart keeps the machine's kernel, whose boot id never
+    changes, while a real reboot gets a new one (gpuhost's Xid cursor and out-of-service marks are per boot). The
+    boot's id is bound over /proc/sys/kernel/random/boot_id, and journald restarted so that its entries carry the
+    id `journalctl -b` filters by."""
+    try:
+        if _mounted(KERNEL_BOOT_ID):
+            subprocess.check_call(["umount", KERNEL_BOOT_ID])
+        subprocess.check_call(["mount", "--bind", source, KERNEL_BOOT_ID])
+    except (OSError, subprocess.CalledProcessError) as exc:
+        sys.stderr.write("gpusim-boot: boot id not bound over %s: %s\n" % (KERNEL_BOOT_ID, exc))
+        return False
+    if os.path.isdir("/run/systemd/system"):
+        subprocess.call(["systemctl", "restart", "systemd-journald.service"])
+    return True
 
 
 def main(argv=None):
