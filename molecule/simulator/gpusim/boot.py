@@ -32,6 +32,7 @@ import uuid
 
 from . import catalogue
 from . import fabric as _fabric
+from . import load as _load
 from . import mig as _mig
 from . import state as st
 
@@ -308,6 +309,7 @@ def boot(state_path=None, root="/"):
         holder["state"] = s
     st.update(fn, state_path)
     state = holder["state"]
+    _load.clear(_load.load_dir(state_path))   # no serving engine survives a boot
     made = lay_down(state, root)
     lay_down_firmware(state, root)
     from . import kmod  # pylint: disable=import-outside-toplevel  # kmod imports this module

@@ -32,6 +32,9 @@ Sources (checked while writing; all public):
   (public lspci -nn captures; pci.ids "2684  AD102 [GeForce RTX 4090]"). Compute capability 8.9 (NVIDIA's CUDA
   GPU list, "GeForce RTX 4090"); min_branch 520 (CUDA 11.8 / 520.61.05 added 8.9; module_utils/gpu/gpu_arch.py
   row "RTX Ada / GeForce RTX 40 series"); proprietary or open modules (Ada: either).
+- Memory temperature (`memory_temp`): only the HBM boards report one (-q `Memory Current Temp` 58 C on the H100 of
+  003, 36 C on 055's H100s, 43 C on 056's A100-SXM4-80GB; dmon `mtemp` on 006/017); GDDR boards say N/A (022 RTX 4090,
+  033, 041 A10G, 043 RTX PRO 6000) and dmon prints `-` (nvidia_smi_dmon/ RTX PRO 6000 Max-Q).
 """
 
 MODELS = {
@@ -95,6 +98,7 @@ MODELS = {
         "clocks_idle": (345, 345, 2619, 765),
         "clocks_max": (1980, 1980, 2619, 1545),    # 003
         "temp_tlimit_c": 44,
+        "memory_temp": True,               # HBM: -q Memory Current Temp (003, 055, 056), dmon mtemp
         "fan": False,
     },
     "h200": {
@@ -126,6 +130,7 @@ MODELS = {
         "clocks_idle": (345, 345, 3201, 765),
         "clocks_max": (1980, 1980, 3201, 1545),
         "temp_tlimit_c": 48,
+        "memory_temp": True,               # HBM: -q Memory Current Temp (003, 055, 056), dmon mtemp
         "fan": False,
     },
     "l4": {
@@ -187,6 +192,7 @@ MODELS = {
         "clocks_idle": (210, 210, 1593, 795),
         "clocks_max": (1410, 1410, 1593, 1290),
         "temp_tlimit_c": 50,
+        "memory_temp": True,               # HBM: -q Memory Current Temp (003, 055, 056), dmon mtemp
         "fan": False,
     },
     "rtx-4090": {

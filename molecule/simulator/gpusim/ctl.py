@@ -27,6 +27,11 @@
   gpusim firmware secure-boot on|off|none    the firmware's Secure Boot (none: booted without EFI), now and at
                                              every boot: /sys/firmware/efi/efivars/SecureBoot-<guid>
   gpusim kmsg [--journal] [--all]     the simulated kernel log, as `dmesg` / `journalctl -k` print it
+  gpusim load start [--gpu N|all] [--requests R] [--capacity C] [--mib M] [--name NAME]
+                                    work on the GPUs (gpusim/load.py): R requests in flight in a batch of C
+                                    (default 8 of 8), M MiB held; a record that never expires, until `load stop`
+  gpusim load stop [--name NAME | --all]
+  gpusim load show                  the valid load records (the serving stand-in writes its own)
 
 The state file is $GPUSIM_STATE (default /var/lib/gpu-sim/state.json).
 """
@@ -43,6 +48,7 @@ import uuid
 from . import boot as bootmod
 from .fabric import NOT_SET_UP as FABRIC_NOT_SET_UP
 from . import catalogue
+from . import load as loadmod
 from . import smi
 from . import state as st
 
@@ -419,6 +425,37 @@ def _walk(obj, dotted):
     return obj
 
 
+def load(args, path):
+    """`gpusim load`: write or remove a load record as a serving engine would (gpusim/load.py)."""
+    directory = loadmod.load_dir(path)
+    sub = args.pop(0) if args else "show"
+    name = _opt(args, "--name", "gpusim")
+    if sub == "start":
+        which = _opt(args, "--gpu", "all")
+        requests = int(_opt(args, "--requests", "8"))
+        capacity = int(_opt(args, "--capacity", str(max(requests, 1))))
+        mib = int(_opt(args, "--mib", "0"))
+        s = st.load(path)
+        uuids = [s["gpus"][i]["uuid"] for i in _gpu_indexes(s, which)]
+        now = time.time()
+        loadmod.write_record(directory, name, {
+            "writer": "gpusim", "gpus": uuids, "in_flight": requests, "capacity": capacity,
+            "busy_since": now if requests else None, "memory_mib": mib, "updated": now, "ttl_s": None})
+        return 0
+    if sub == "stop":
+        if _flag(args, "--all"):
+            loadmod.clear(directory)
+        else:
+            loadmod.remove_record(directory, name)
+        return 0
+    if sub == "show":
+        for rec in loadmod.read_records(directory, time.time()):
+            print("%s: %s in flight of %s on %s, %s MiB" % (rec["name"], rec.get("in_flight"), rec.get("capacity"),
+                                                          ",".join(rec.get("gpus") or []), rec.get("memory_mib") or 0))
+        return 0
+    raise SystemExit("gpusim: load start|stop|show")
+
+
 def kmsg(args, path):
     s = st.load(path)
     lines = list(s.get("kernel_log_previous") or []) if _flag(args, "--all") else []
@@ -521,6 +558,8 @@ def main(argv=None):
         return bootmod.main(args)
     if cmd == "kmsg":
         return kmsg(args, path)
+    if cmd == "load":
+        return load(args, path)
     if cmd == "firmware":
         return firmware(args, path)
     raise SystemExit("gpusim: unknown command %r (gpusim --help)" % cmd)

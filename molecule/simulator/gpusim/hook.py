@@ -368,6 +368,19 @@ def nsenter_bind_reloads(pid, rootfs):
                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
 
 
+def nsenter_bind_load(pid, rootfs):
+    """Bind the host's load records read-write into the container at the same path (gpusim/load.py), so a serving
+    engine there records its work where the host's nvidia-smi, and every other container's, reads it."""
+    from . import load as _load  # pylint: disable=import-outside-toplevel
+    host_dir = _load.load_dir()
+    os.makedirs(host_dir, exist_ok=True)
+    os.chmod(host_dir, 0o1777)   # whatever user the engine runs as may write its record (as /tmp)
+    mountpoint = _inside(rootfs, _load.LOAD_DIR)
+    os.makedirs(mountpoint, exist_ok=True)
+    subprocess.run(["nsenter", "--target", str(pid), "--mount", "mount", "--bind", host_dir, mountpoint],
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+
+
 # ==================================================================================================
 # nvidia-container-runtime-hook
 # ==================================================================================================
@@ -446,6 +459,7 @@ def hook_main(argv=None, version=None, commit=None, stdin=None, stderr=None, mak
         return 1
     if real:
         nsenter_bind_reloads(pid, rootfs)
+        nsenter_bind_load(pid, rootfs)
         register_device_user(pid)
     return 0
 

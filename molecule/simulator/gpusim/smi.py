@@ -22,7 +22,9 @@ import sys
 import time
 
 from . import catalogue
+from . import dmon as _dmon
 from . import fabric as _fabric
+from . import load as _load
 from . import mig as _mig
 from . import reload as _reload
 from . import state as st
@@ -62,6 +64,11 @@ REASONS = [
     ("display_clocks_setting", 0x100),
 ]
 REASON_NAMES = [r for r, _ in REASONS]
+# How far a clocks event takes the graphics/SM clocks down under load (the simulator's factors; the direction is
+# real: a GPU at its power cap in fixture nvidia_smi_dmon/ ran at 39-65 % of its maximum clock, and NVIDIA's
+# documentation of HW Slowdown says it cuts the clocks by a factor of two or more).
+CLOCK_FACTOR = {"sw_power_cap": 0.6, "sw_thermal_slowdown": 0.7, "hw_slowdown": 0.5,
+                "hw_thermal_slowdown": 0.5, "hw_power_brake_slowdown": 0.5}
 
 
 def _read_template(name):
@@ -97,9 +104,10 @@ def _pci_parts(bus_id):
 class Smi:
     """The renderer; `state` is a loaded state dict."""
 
-    def __init__(self, state, now=None, euid=None):
+    def __init__(self, state, now=None, euid=None, load=None):
         self.state = state
         self.now = time.time() if now is None else now
+        self.load = load or {}    # gpusim/load.py by_gpu(): what serving engines run on each GPU now
         self.euid = os.geteuid() if euid is None else euid
         self.loaded = state["driver"].get("loaded") or {}
         self.version = self.loaded.get("version", "")
@@ -141,15 +149,35 @@ class Smi:
             # MIG: the GPU's use is its GPU instances' (002: 11125 MiB for GIs of 11091 + 17 + 9 + 9 MiB)
             used = int(gpu.get("memory_used_mib") or 0) + sum(
                 d["used"] for d in self.mig_views(gpu, procs) if d["first_of_gi"])
+        work = self.load.get(gpu["uuid"]) or {}
+        if not gpu.get("mig_mode"):
+            used += int(work.get("memory_mib") or 0)   # a running engine holds its budget (gpusim/load.py)
         used = min(used, total - reserved)
         free = total - reserved - used
         util = int(gpu.get("utilization_gpu") or 0)
+        util_memory = int(gpu.get("utilization_memory") or 0)
+        filled = _load.fill(work)
+        if filled is not None:
+            # NVML's utilization: the share of the sample period in which a kernel ran; a serving engine's
+            # decode loop always has one running (gpusim/load.py).
+            util = max(util, 100)
+            util_memory = max(util_memory, _load.memory_activity(filled))
         busy = bool(procs) or util > 0
         idle_w = float(m.get("power_idle_w", 50.0))
+        limit_w = float(gpu.get("power_limit_w") or m["power_limit_w"])
+        reasons = set(gpu.get("clocks_event_reasons") or [])
         draw = gpu.get("power_draw_w")
         if draw is None:
-            draw = idle_w + (float(m["power_limit_w"]) - idle_w) * util / 100.0 * 0.8
-        reasons = set(gpu.get("clocks_event_reasons") or [])
+            if filled is not None:
+                draw = _load.power_draw(idle_w, limit_w, filled)
+            else:
+                draw = idle_w + (float(m["power_limit_w"]) - idle_w) * util / 100.0 * 0.8
+            if busy and "sw_power_cap" in reasons:
+                # held at its cap: fixture nvidia_smi_dmon/query-gpu_throttle-reasons-active_* (299-300 W of 300 W)
+                draw = limit_w
+        temp = int(gpu.get("temperature_c") if gpu.get("temperature_c") is not None else 34)
+        if filled is not None:
+            temp = _load.temperature(temp, float(draw), idle_w, limit_w, work.get("busy_since"), self.now)
         if not busy:
             reasons.add("gpu_idle")
         if reasons & {"hw_thermal_slowdown", "hw_power_brake_slowdown"}:
@@ -158,6 +186,13 @@ class Smi:
         if busy:
             pstate = "P0" if pstate == m.get("pstate_idle", "P8") else pstate
         clocks = m["clocks_max"] if pstate in ("P0", "P1", "P2") else m["clocks_idle"]
+        slow = min([CLOCK_FACTOR[r] for r in reasons if r in CLOCK_FACTOR] or [1.0])
+        if slow < 1.0:
+            # A clocks event lowers the graphics/SM clocks (the fixture's GPUs at their power cap ran 1192-2017 of
+            # 3090 MHz); never below the idle clocks.
+            floor = m["clocks_idle"]
+            clocks = (max(floor[0], int(clocks[0] * slow)), max(floor[1], int(clocks[1] * slow)),
+                      clocks[2], clocks[3])
         dom, bus, dev, _fn = _pci_parts(gpu["pci_bus_id"])
         open_mods = self.loaded.get("kernel_modules", "open") == "open"
         return {
@@ -175,10 +210,10 @@ class Smi:
             "ecc": bool(m.get("ecc_default", True)),
             "total": total, "reserved": reserved, "used": used, "free": free,
             "bar1_total": int(m.get("bar1_total_mib", 131072)),
-            "util_gpu": util, "util_memory": int(gpu.get("utilization_memory") or 0),
-            "temp": int(gpu.get("temperature_c") if gpu.get("temperature_c") is not None else 34),
+            "util_gpu": util, "util_memory": util_memory, "temp": temp,
+            "memory_temp": bool(m.get("memory_temp")),
             "temp_tlimit": int(m.get("temp_tlimit_c", 50)),
-            "power_draw": float(draw), "power_limit": float(gpu.get("power_limit_w") or m["power_limit_w"]),
+            "power_draw": float(draw), "power_limit": limit_w,
             "power_default": float(m["power_limit_w"]), "power_min": float(m.get("power_min_w", 100.0)),
             "power_max": float(m.get("power_max_w", m["power_limit_w"])),
             "fan": (gpu.get("fan_speed") or 0) if m.get("fan") else None,   # a fan at rest: 0 % (022)
@@ -331,7 +366,7 @@ class Smi:
             "util_other": "N/A" if v["mig"] else "0 %",
             "ecc_mode": on(v["ecc"]),
             "gpu_temp": "%d C" % v["temp"], "gpu_temp_tlimit": "%d C" % max(v["temp_tlimit"] - v["temp"] + 34, 0),
-            "mem_temp": "N/A" if v["architecture"] == "Blackwell" else "%d C" % (v["temp"] + 4),
+            "mem_temp": "%d C" % (v["temp"] + 4) if v["memory_temp"] else "N/A",
             "mem_power_draw": "N/A",
             "power_draw_avg": "%.2f W" % v["power_draw"], "power_draw": "%.2f W" % v["power_draw"],
             "power_limit": "%.2f W" % v["power_limit"], "power_default_limit": "%.2f W" % v["power_default"],
@@ -556,7 +591,7 @@ class Smi:
             "ecc.mode.pending": lambda: (en(v["ecc"]), None),
             "temperature.gpu": lambda: (str(v["temp"]), None),
             "temperature.gpu.tlimit": lambda: (str(max(v["temp_tlimit"] - v["temp"] + 34, 0)), None),
-            "temperature.memory": lambda: ("N/A" if v["architecture"] == "Blackwell" else str(v["temp"] + 4), None),
+            "temperature.memory": lambda: (str(v["temp"] + 4) if v["memory_temp"] else "N/A", None),
             "power.management": lambda: ("[Requested functionality has been deprecated]", None),
             "power.draw": lambda: ("%.2f" % v["power_draw"], "W"),
             "power.draw.average": lambda: ("%.2f" % v["power_draw"], "W"),
@@ -795,8 +830,8 @@ def _gpu_field_unknown(field):
             "pstate": "P8", "pcie_gen_max": 5, "index": 0, "persistence": False, "addressing_mode": "None",
             "vbios": "", "fan": None, "reasons": set(), "total": 0, "reserved": 0, "used": 0, "free": 0,
             "compute_mode": "Default", "compute_cap": "", "mig": False, "mig_capable": False, "util_gpu": 0,
-            "util_memory": 0, "ecc": True, "temp": 0, "temp_tlimit": 0, "architecture": "", "power_draw": 0.0,
-            "power_limit": 0.0, "power_default": 0.0, "power_min": 0.0, "power_max": 0.0,
+            "util_memory": 0, "ecc": True, "temp": 0, "memory_temp": False, "temp_tlimit": 0, "architecture": "",
+            "power_draw": 0.0, "power_limit": 0.0, "power_default": 0.0, "power_min": 0.0, "power_max": 0.0,
             "clocks": (0, 0, 0, 0), "max_clocks": (0, 0, 0, 0)}
     probe.version, probe.now = "", 0.0
     return probe.gpu_field(fake, field, 0) is None
@@ -996,8 +1031,17 @@ def select(smi, views_all, ids):
     return chosen
 
 
-def run(argv, state_path=None, now=None, euid=None):
-    """-> (stdout text, exit code). Everything nvidia-smi prints goes to stdout, as the real one does."""
+def run(argv, state_path=None, now=None, euid=None, sleep=None, write=None):
+    """-> (stdout text, exit code). Everything nvidia-smi prints goes to stdout, as the real one does.
+
+    `dmon` runs until its count is done: it prints through `write` as it goes when one is given (main), and takes
+    its time from `now` (a fixed clock that advances only by what `sleep` was asked: unit tests never sleep)."""
+    if list(argv[:1]) == ["dmon"]:
+        try:
+            dmon_args = _dmon.parse_args(list(argv[1:]))
+        except ValueError:
+            return MSG_INVALID + "\n", RC_INVALID
+        return _run_dmon(dmon_args, state_path, now, euid, sleep, write)
     mig_cmd = list(argv[:1]) == ["mig"]
     mig_argv = list(argv[1:])
     if mig_cmd:
@@ -1013,29 +1057,19 @@ def run(argv, state_path=None, now=None, euid=None):
         args = parse_args([] if topo_matrix else argv)
     except ValueError:
         return MSG_INVALID + "\n", RC_INVALID
-    state = st.load(state_path)
-    if state.get("container") and _reload.nvml_lost():
-        return _reload.MSG_LOST + "\n", _reload.RC_LOST
-    drv = st.driver_state(state)
-    if drv in ("no_driver", "not_loaded"):
-        return MSG_NO_DRIVER + "\n", RC_NODRIVER
-    if drv == "mismatch":
-        inst = state["driver"]["installed"]["version"]
-        return MSG_MISMATCH + "\nNVML library version: %s\n" % nvml_version(inst), RC_MISMATCH
-    smi = Smi(state, now=now, euid=euid)
+    smi, failure = _open(state_path, now, euid)
+    if failure:
+        return failure
     if args.help:
         return USAGE.format(version=smi.version), RC_OK
     if args.version:
         return smi.version_text(), RC_OK
     gpus = smi.driven_gpus()
-    lost = [g for g in gpus if g.get("lost")]
-    if lost:
-        return "".join("Unable to determine the device handle for GPU %s: GPU is lost.  "
-                       "Reboot the system to recover this GPU\n" % g["pci_bus_id"][4:] for g in lost), RC_LOST
-    if not gpus:
-        return MSG_NO_DEVICES + "\n", RC_NOTFOUND
+    failure = _no_gpus(gpus)
+    if failure:
+        return failure
     if topo_matrix:
-        return _topo.render(state, gpus), RC_OK
+        return _topo.render(smi.state, gpus), RC_OK
     views_all = [smi.view(g, i) for i, g in enumerate(gpus)]
     if mig_cmd:
         return _mig.run_mig(smi, views_all, list(mig_argv), state_path, st)
@@ -1063,8 +1097,80 @@ def run(argv, state_path=None, now=None, euid=None):
     return smi.table(views), RC_OK
 
 
+def _open(state_path, now, euid):
+    """(Smi, None) for a usable driver, else (None, (text, exit code)) of NVML's failure."""
+    state = st.load(state_path)
+    if state.get("container") and _reload.nvml_lost():
+        return None, (_reload.MSG_LOST + "\n", _reload.RC_LOST)
+    drv = st.driver_state(state)
+    if drv in ("no_driver", "not_loaded"):
+        return None, (MSG_NO_DRIVER + "\n", RC_NODRIVER)
+    if drv == "mismatch":
+        inst = state["driver"]["installed"]["version"]
+        return None, (MSG_MISMATCH + "\nNVML library version: %s\n" % nvml_version(inst), RC_MISMATCH)
+    now = time.time() if now is None else now
+    return Smi(state, now=now, euid=euid, load=_load.read(state_path, now)), None
+
+
+def _no_gpus(gpus):
+    lost = [g for g in gpus if g.get("lost")]
+    if lost:
+        return "".join("Unable to determine the device handle for GPU %s: GPU is lost.  "
+                       "Reboot the system to recover this GPU\n" % g["pci_bus_id"][4:] for g in lost), RC_LOST
+    if not gpus:
+        return MSG_NO_DEVICES + "\n", RC_NOTFOUND
+    return None
+
+
+def _run_dmon(args, state_path, now, euid, sleep, write):
+    """nvidia-smi dmon (gpusim/dmon.py): NVML's failures as every form prints them, then the samples, each read
+    afresh from the state and the load records."""
+    smi, failure = _open(state_path, now, euid)
+    if failure:
+        return failure
+    failure = _no_gpus(smi.driven_gpus())
+    if failure:
+        return failure
+    if select(smi, [smi.view(g, i) for i, g in enumerate(smi.driven_gpus())], args.ids) is None:
+        return MSG_NO_DEVICES + "\n", RC_NOTFOUND
+    slept = [0.0]
+    if now is None:
+        clock, sleep = time.time, sleep or time.sleep
+    else:
+        real_sleep = sleep or (lambda s: None)
+
+        def sleep(seconds):
+            slept[0] += seconds
+            real_sleep(seconds)
+
+        def clock():
+            return now + slept[0]
+    out = []
+
+    def sample(at):
+        smi_now, bad = _open(state_path, at, euid)
+        if bad:
+            return None
+        gpus = smi_now.driven_gpus()
+        if _no_gpus(gpus):
+            return None
+        return select(smi_now, [smi_now.view(g, i) for i, g in enumerate(gpus)], args.ids)
+    rc = _dmon.run(args, sample, write or out.append, clock, sleep)
+    return "".join(out), rc
+
+
 def main(argv=None):
-    text, rc = run(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if list(argv[:1]) == ["dmon"]:   # dmon prints as it samples
+
+        def write(text):
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        text, rc = run(argv, write=write)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return rc
+    text, rc = run(argv)
     sys.stdout.write(text)
     sys.stdout.flush()
     return rc
