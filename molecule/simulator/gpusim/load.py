@@ -102,9 +102,9 @@ def fill(info):
 
 
 def memory_activity(f):
-    """Memory controller busy %: decode reads the weights and the KV cache every step, more as the batch fills
-    (017: 9-10 % for one compute-bound job; the fixture's serving engines: 51-58 %)."""
-    return int(round(10 + 60 * f))
+    """Memory controller busy %: decode reads all the weights every step whatever the batch, and more KV cache as
+    the batch fills (the fixture's serving engines: 51-58 %; domain.md section 7's healthy load: ~71 %)."""
+    return int(round(35 + 40 * f))
 
 
 def power_draw(idle_w, limit_w, f):
