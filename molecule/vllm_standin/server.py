@@ -26,12 +26,23 @@ At start it
      arithmetic (copied into the image) and the figures its "profiling" measures (below); it fails as vLLM's
      check_enough_kv_cache_memory does when one max-length request does not fit;
   8. prints every line in the format of vLLM 0.2x (corpus 001/024/035), then serves /health,
-     /v1/models and /v1/chat/completions until SIGTERM.
+     /metrics, /v1/models, /v1/chat/completions and /v1/completions until SIGTERM.
 
 What "profiling" measures (there is nothing to measure): non-torch memory
 $GPUHOST_STANDIN_NON_TORCH_GIB and the activation peak $GPUHOST_STANDIN_ACTIVATION_GIB (default:
 the plan's own estimates for vLLM 0.25.1). Setting them is how a test makes the log differ from
 the plan.
+
+Serving (the API section below has the sources): both completion endpoints answer whole or streamed
+(`"stream": true`: vLLM's SSE chunks, `stream_options.include_usage`'s usage chunk, `data: [DONE]`). A request
+waits for one of max_num_seqs batch slots, then "prefills" for $GPUHOST_STANDIN_FIRST_REQUEST_S / n^2 (the n-th
+request's JIT cost) + $GPUHOST_STANDIN_PREFILL_TOKEN_S per prompt token, then yields a token every
+$GPUHOST_STANDIN_TOKEN_S (all default 0 here, so unit tests are fast; the image sets realistic ones). /metrics
+counts it all under vLLM's metric names. While it serves it keeps a load record where the simulated nvidia-smi
+reads it ($GPUSIM_LOAD_DIR, default /var/lib/gpu-sim/load, which the simulator's hook binds into the container;
+molecule/simulator/gpusim/load.py): its GPUs' UUIDs, requests in flight, max_num_seqs and, with
+$GPUHOST_STANDIN_HOLD_MEMORY=1, the --gpu-memory-utilization budget it holds on each GPU. `vllm bench serve` is
+bench.py.
 """
 import argparse
 import hashlib
@@ -100,7 +111,7 @@ class Host(object):
 
     def gpus(self):
         """The CUDA devices: [{index, name, total_mib, reserved_mib, used_mib, free_mib, compute_cap}], or None."""
-        fields = "index,name,memory.total,memory.reserved,memory.used,memory.free,compute_cap,mig.mode.current"
+        fields = "index,name,uuid,memory.total,memory.reserved,memory.used,memory.free,compute_cap,mig.mode.current"
         text = self._smi(["--query-gpu=" + fields, "--format=csv"])
         if text is None:
             return None
@@ -136,7 +147,8 @@ class Host(object):
                 total, used = dev.get("memory_total_mib") or 0, dev.get("memory_used_mib") or 0
                 devices.append({"index": len(devices), "name": "%s MIG %s" % (row["name"], dev["profile"]),
                                 "total_mib": total, "reserved_mib": 0, "used_mib": used, "free_mib": total - used,
-                                "compute_cap": row.get("compute_capability"), "mig_device": dev["uuid"]})
+                                "compute_cap": row.get("compute_capability"), "mig_device": dev["uuid"],
+                                "uuid": row.get("uuid")})
         return devices
 
     def shm_free_bytes(self):
@@ -165,7 +177,7 @@ def _cuda_device(row, index=None):
     return {"index": row["index"] if index is None else index, "name": row["name"],
             "total_mib": row["memory_total_mib"], "reserved_mib": row.get("memory_reserved_mib") or 0,
             "used_mib": row.get("memory_used_mib") or 0, "free_mib": row["memory_free_mib"],
-            "compute_cap": row.get("compute_capability")}
+            "compute_cap": row.get("compute_capability"), "uuid": row.get("uuid")}
 
 
 # ---------------------------------------------------------------- the log
@@ -691,63 +703,232 @@ def start(argv, env=None, host=None, out=None, err=None, sleep=time.sleep, bind=
     shown = "[%s]" % listen_host if ":" in listen_host else listen_host
     log.api("INFO", "api_server.py:616", "Starting vLLM server on http://%s:%d" % (shown, args.port))
     log.api("INFO", "launcher.py:37", "Available routes are:")
-    for route, methods in (("/health", "GET"), ("/v1/models", "GET"), ("/v1/chat/completions", "POST")):
+    for route, methods in ROUTES:
         log.api("INFO", "launcher.py:46", "Route: %s, Methods: %s" % (route, methods))
     log.uvicorn("Started server process [%d]" % API_PID)
     log.uvicorn("Waiting for application startup.")
     log.uvicorn("Application startup complete.")
+    # What the engine holds on each of its GPUs: CUDA's total (less the driver's reserved memory) x the utilization.
+    budget_mib = int(util * total_mib)
+    recorder = LoadRecorder(env, [g.get("uuid") for g in mine if g.get("uuid")], seqs,
+                            budget_mib if env.get("GPUHOST_STANDIN_HOLD_MEMORY") == "1" else 0)
     engine = Engine(model=model, served=served, max_model_len=max_model_len, max_num_seqs=seqs,
                     api_key=api_key, log=log, env=env, sleep=sleep, kv=kv, host=listen_host, port=args.port,
-                    requests=0, lock=threading.Lock())
+                    requests=0, lock=threading.Lock(), slots=threading.BoundedSemaphore(seqs),
+                    metrics=Metrics(served[0], max_model_len, kv.get("kv_cache_tokens") or 0), recorder=recorder)
     return engine, sock
 
 
 # ---------------------------------------------------------------- the API
+#
+# What vLLM's OpenAI server answers, as far as the harness needs it: /health, /metrics, /v1/models,
+# /v1/chat/completions and /v1/completions, streamed or not. Sources (vllm-project/vllm):
+# entrypoints/openai/completion/serving.py (completion_stream_generator: every chunk dumped with
+# exclude_unset=False, the usage chunk with exclude_none, `data: [DONE]`), chat_completion/serving.py (the role
+# chunk `{"role":"assistant","content":""}` first, then content deltas, `finish_reason`/`stop_reason` on the
+# last, all dumped with exclude_unset=True), completion/protocol.py (the fields); v1/metrics/loggers.py @ 005a810b
+# (metric names, HELP texts, buckets, the model_name/engine labels) and docs/research/serving-acceptance.md 3.
+
+# The routes this stand-in serves, in the order vLLM 0.25.1 lists them (corpus 001 lists these among others).
+ROUTES = (("/health", "GET"), ("/metrics", "GET"), ("/v1/models", "GET"), ("/v1/chat/completions", "POST"),
+          ("/v1/completions", "POST"))
+WORDS = ("This reply comes from the gpuhost vLLM stand-in: no model ran and no GPU worked. " * 8).split()
+
 
 def _count_tokens(text):
     return max(1, len(str(text)) // 4)
 
 
-def chat_reply(engine, body):
-    """(status, payload) of one /v1/chat/completions request."""
-    if not isinstance(body, dict):
-        return 400, {"error": {"message": "Request body must be a JSON object.", "type": "BadRequestError",
-                               "param": None, "code": 400}}
+def _content_text(content):
+    """A message's text: a string, or the text parts of OpenAI's content list (what `vllm bench serve` sends)."""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return content or ""
+
+
+def _error(status, message, kind, param=None):
+    return status, {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+def _check_request(engine, body, prompt):
+    """(status, payload) of a refused request, or None. `prompt`: its token count."""
     name = body.get("model")
     if name is not None and name not in engine.served:
-        return 404, {"error": {"message": "The model `%s` does not exist." % name, "type": "NotFoundError",
-                               "param": "model", "code": 404}}
+        return _error(404, "The model `%s` does not exist." % name, "NotFoundError", "model")
+    wanted = _wanted(body)
+    if prompt + wanted > engine.max_model_len:
+        return _error(400, "This model's maximum context length is %d tokens. However, you requested %d tokens "
+                      "(%d in the messages, %d in the completion). Please reduce the length of the messages or "
+                      "completion." % (engine.max_model_len, prompt + wanted, prompt, wanted), "BadRequestError")
+    return None
+
+
+def _wanted(body):
+    wanted = body.get("max_completion_tokens") or body.get("max_tokens")
+    return int(wanted) if wanted else 16
+
+
+def chat_prompt_tokens(body):
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        return 400, {"error": {"message": "messages: Field required", "type": "BadRequestError",
-                               "param": None, "code": 400}}
-    prompt = sum(_count_tokens(m.get("content", "")) + 4 for m in messages if isinstance(m, dict))
-    wanted = body.get("max_completion_tokens") or body.get("max_tokens")
-    wanted = int(wanted) if wanted else 16
-    if prompt + wanted > engine.max_model_len:
-        return 400, {"error": {"message": "This model's maximum context length is %d tokens. However, you "
-                               "requested %d tokens (%d in the messages, %d in the completion). Please reduce the "
-                               "length of the messages or completion." % (engine.max_model_len, prompt + wanted,
-                                                                         prompt, wanted),
-                               "type": "BadRequestError", "param": None, "code": 400}}
+        return None
+    return sum(_count_tokens(_content_text(m.get("content", ""))) + 4 for m in messages if isinstance(m, dict))
+
+
+def completion_prompt_tokens(body):
+    prompt = body.get("prompt")
+    if isinstance(prompt, str) and prompt:
+        return _count_tokens(prompt)
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return len(prompt)   # token ids
+    return None
+
+
+def generate(engine, prompt, wanted, on_token=None):
+    """Run one request as the engine would: wait for a batch slot (max_num_seqs), "prefill" the prompt, then
+    produce `wanted` tokens one by one, calling on_token(text, index) for each (a stream writes a chunk). Records
+    the metrics and the GPUs' load. Returns (text, finish_reason); an exception from on_token (the client went
+    away) aborts the request and is raised again."""
     with engine.lock:
         engine.requests += 1
         number = engine.requests
-    # The first requests are slow (JIT, cache misses) and settle after a few (domain.md §5).
-    first = _env_float(engine.env, "GPUHOST_STANDIN_FIRST_REQUEST_S") or 0.0
-    per_token = _env_float(engine.env, "GPUHOST_STANDIN_TOKEN_S") or 0.0
-    engine.sleep(first / (number * number) + per_token * wanted)
-    words = ("This reply comes from the gpuhost vLLM stand-in: no model ran and no GPU worked. " * 8).split()
-    text = " ".join(words[:wanted])
-    now = int(time.time())
+    metrics = getattr(engine, "metrics", None)
+    slots = getattr(engine, "slots", None)
+    recorder = getattr(engine, "recorder", None)
+    arrived = time.monotonic()
+    if metrics:
+        metrics.waiting(1)
+    if slots:
+        slots.acquire()
+    scheduled = time.monotonic()
+    if metrics:
+        metrics.waiting(-1)
+        metrics.running(1, prompt)
+    if recorder:
+        recorder.change(1)
+    env = engine.env
+    # The first requests are slow (JIT, cache misses) and settle after a few (domain.md section 5).
+    first = _env_float(env, "GPUHOST_STANDIN_FIRST_REQUEST_S") or 0.0
+    prefill = _env_float(env, "GPUHOST_STANDIN_PREFILL_TOKEN_S") or 0.0
+    per_token = _env_float(env, "GPUHOST_STANDIN_TOKEN_S") or 0.0
+    pieces, times, reason = [], [], "length"
+    try:
+        engine.sleep(first / (number * number) + prefill * prompt)
+        for i in range(wanted):
+            if i:
+                engine.sleep(per_token)
+            piece = (" " if i else "") + WORDS[i % len(WORDS)]
+            pieces.append(piece)
+            times.append(time.monotonic())
+            if metrics:
+                metrics.token()
+            if on_token:
+                on_token(piece, i)
+    except Exception:
+        reason = "abort"
+        raise
+    finally:
+        done = time.monotonic()
+        if metrics:
+            metrics.finished(prompt, wanted, len(pieces), reason, arrived, scheduled, times, done)
+        if recorder:
+            recorder.change(-1)
+        if slots:
+            slots.release()
+    return "".join(pieces), reason
+
+
+def _usage(prompt, completion):
+    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
+            "prompt_tokens_details": None}
+
+
+def chat_reply(engine, body):
+    """(status, payload) of one /v1/chat/completions request (not streamed)."""
+    if not isinstance(body, dict):
+        return _error(400, "Request body must be a JSON object.", "BadRequestError")
+    prompt = chat_prompt_tokens(body)
+    if prompt is None:
+        return _error(400, "messages: Field required", "BadRequestError")
+    refused = _check_request(engine, body, prompt)
+    if refused:
+        return refused
+    wanted = _wanted(body)
+    text, reason = generate(engine, prompt, wanted)
     return 200, {
-        "id": "chatcmpl-%032x" % random.getrandbits(128), "object": "chat.completion", "created": now,
-        "model": name or engine.served[0],
+        "id": "chatcmpl-%032x" % random.getrandbits(128), "object": "chat.completion", "created": int(time.time()),
+        "model": body.get("model") or engine.served[0],
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
-                     "logprobs": None, "finish_reason": "length", "stop_reason": None}],
-        "usage": {"prompt_tokens": prompt, "total_tokens": prompt + wanted, "completion_tokens": wanted,
-                  "prompt_tokens_details": None},
+                     "logprobs": None, "finish_reason": reason, "stop_reason": None}],
+        "usage": _usage(prompt, wanted),
     }
+
+
+def completion_reply(engine, body):
+    """(status, payload) of one /v1/completions request (not streamed)."""
+    if not isinstance(body, dict):
+        return _error(400, "Request body must be a JSON object.", "BadRequestError")
+    prompt = completion_prompt_tokens(body)
+    if prompt is None:
+        return _error(400, "Either prompt or prompt_embeds must be provided and non-empty.", "BadRequestError",
+                      "prompt")
+    refused = _check_request(engine, body, prompt)
+    if refused:
+        return refused
+    wanted = _wanted(body)
+    text, reason = generate(engine, prompt, wanted)
+    return 200, {
+        "id": "cmpl-%032x" % random.getrandbits(128), "object": "text_completion", "created": int(time.time()),
+        "model": body.get("model") or engine.served[0],
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": None,
+                     "prompt_logprobs": None}],
+        "usage": _usage(prompt, wanted),
+    }
+
+
+def _json(obj):
+    """pydantic's model_dump_json: compact, keys in field order."""
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def stream_events(engine, body, chat, send):
+    """Stream one request as SSE: send(text) per event (`data: {...}\\n\\n`). Returns the HTTP error (status,
+    payload) instead when the request is refused before the stream starts."""
+    prompt = chat_prompt_tokens(body) if chat else completion_prompt_tokens(body)
+    if prompt is None:
+        return _error(400, "messages: Field required" if chat else
+                      "Either prompt or prompt_embeds must be provided and non-empty.", "BadRequestError")
+    refused = _check_request(engine, body, prompt)
+    if refused:
+        return refused
+    wanted = _wanted(body)
+    options = body.get("stream_options") or {}
+    head = {"id": ("chatcmpl-%032x" if chat else "cmpl-%032x") % random.getrandbits(128),
+            "object": "chat.completion.chunk" if chat else "text_completion", "created": int(time.time()),
+            "model": body.get("model") or engine.served[0]}
+
+    def on_token(piece, i):
+        last = i == wanted - 1
+        if chat:
+            if i == 0:   # the role chunk vLLM sends before the first token
+                send("data: %s\n\n" % _json(dict(head, choices=[
+                    {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                     "finish_reason": None}])))
+            choice = {"index": 0, "delta": {"content": piece}, "logprobs": None,
+                      "finish_reason": "length" if last else None}
+            if last:
+                choice["stop_reason"] = None
+            send("data: %s\n\n" % _json(dict(head, choices=[choice])))
+        else:
+            send("data: %s\n\n" % _json(dict(head, choices=[
+                {"index": 0, "text": piece, "logprobs": None, "finish_reason": "length" if last else None,
+                 "stop_reason": None, "prompt_token_ids": None, "token_ids": None}], usage=None)))
+    generate(engine, prompt, wanted, on_token)
+    if options.get("include_usage"):
+        send("data: %s\n\n" % _json(dict(head, choices=[], usage={
+            "prompt_tokens": prompt, "total_tokens": prompt + wanted, "completion_tokens": wanted})))
+    send("data: [DONE]\n\n")
+    return None
 
 
 def models_reply(engine):
@@ -762,6 +943,256 @@ def models_reply(engine):
         for name in engine.served]}
 
 
+# ---------------------------------------------------------------- /metrics
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)
+# loggers.py @ 005a810b gives these to time_per_output_token_seconds; inter_token_latency_seconds, its 0.11
+# replacement, is assumed to keep them (its own bucket list was not read).
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+               80.0)
+LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+                   480.0, 960.0, 1920.0, 7680.0)
+FINISH_REASONS = ("stop", "length", "abort")
+
+
+def _go_float(value):
+    """prometheus_client's floatToGoString: how every number of the exposition is written."""
+    value = float(value)
+    if value == float("inf"):
+        return "+Inf"
+    if value == float("-inf"):
+        return "-Inf"
+    if value != value:
+        return "NaN"
+    text = repr(value)
+    dot = text.find(".")
+    if value > 0 and dot > 6:
+        mantissa = "{0}.{1}{2}".format(text[0], text[1:dot], text[dot + 1:]).rstrip("0.")
+        return "{0}e+0{1}".format(mantissa, dot - 1)
+    return text
+
+
+def _1_2_5_buckets(top):
+    """loggers.py build_1_2_5_buckets: 1, 2, 5, 10, 20, 50, ... up to max_model_len."""
+    out, exponent = [], 0
+    while True:
+        for m in (1, 2, 5):
+            if m * 10 ** exponent > top:
+                return out
+            out.append(m * 10 ** exponent)
+        exponent += 1
+
+
+class _Histogram(object):
+    def __init__(self, buckets):
+        self.bounds = [float(b) for b in buckets] + [float("inf")]
+        self.counts = [0] * len(self.bounds)
+        self.total = 0.0
+
+    def observe(self, value):
+        self.total += value
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[i] += 1
+                break
+
+
+class Metrics(object):
+    """The vLLM V1 engine's Prometheus metrics (names, HELP, buckets of loggers.py), as prometheus_client writes
+    them: counters with `_total`, labels sorted (`engine`, `model_name`; `finished_reason` between them), histograms
+    as cumulative `_bucket` lines then `_count` and `_sum`. No `_created` series (vLLM's API server serves them
+    through prometheus_client's multiprocess collector, which writes none)."""
+
+    def __init__(self, model_name, max_model_len, kv_cache_tokens):
+        self.lock = threading.Lock()
+        self.model_name = model_name
+        self.kv_cache_tokens = kv_cache_tokens
+        self.num_running = self.num_waiting = self.kv_tokens = 0
+        self.prompt_tokens = self.generation_tokens = self.prefix_queries = 0
+        self.success = dict((r, 0) for r in FINISH_REASONS)
+        lengths = _1_2_5_buckets(max_model_len)
+        self.hist = {
+            "vllm:request_prompt_tokens": _Histogram(lengths),
+            "vllm:request_generation_tokens": _Histogram(lengths),
+            "vllm:request_params_max_tokens": _Histogram(lengths),
+            "vllm:time_to_first_token_seconds": _Histogram(TTFT_BUCKETS),
+            "vllm:inter_token_latency_seconds": _Histogram(ITL_BUCKETS),
+            "vllm:e2e_request_latency_seconds": _Histogram(LATENCY_BUCKETS),
+            "vllm:request_queue_time_seconds": _Histogram(LATENCY_BUCKETS),
+            "vllm:request_inference_time_seconds": _Histogram(LATENCY_BUCKETS),
+            "vllm:request_prefill_time_seconds": _Histogram(LATENCY_BUCKETS),
+            "vllm:request_decode_time_seconds": _Histogram(LATENCY_BUCKETS),
+        }
+
+    def waiting(self, delta):
+        with self.lock:
+            self.num_waiting += delta
+
+    def running(self, delta, prompt):
+        with self.lock:
+            self.num_running += delta
+            self.kv_tokens += prompt
+            self.prompt_tokens += prompt
+            self.prefix_queries += prompt
+
+    def token(self):
+        with self.lock:
+            self.generation_tokens += 1
+            self.kv_tokens += 1
+
+    def finished(self, prompt, wanted, made, reason, arrived, scheduled, times, done):
+        with self.lock:
+            self.num_running -= 1
+            self.kv_tokens -= prompt + made
+            self.success[reason] += 1
+            h = self.hist
+            h["vllm:request_prompt_tokens"].observe(prompt)
+            h["vllm:request_generation_tokens"].observe(made)
+            h["vllm:request_params_max_tokens"].observe(wanted)
+            if times:
+                h["vllm:time_to_first_token_seconds"].observe(times[0] - arrived)
+                for a, b in zip(times, times[1:]):
+                    h["vllm:inter_token_latency_seconds"].observe(b - a)
+            first = times[0] if times else done
+            h["vllm:e2e_request_latency_seconds"].observe(done - arrived)
+            h["vllm:request_queue_time_seconds"].observe(scheduled - arrived)
+            h["vllm:request_inference_time_seconds"].observe(done - scheduled)
+            h["vllm:request_prefill_time_seconds"].observe(first - scheduled)
+            h["vllm:request_decode_time_seconds"].observe(done - first)
+
+    def render(self):
+        labels = 'engine="0",model_name="%s"' % self.model_name.replace("\\", "\\\\").replace('"', '\\"')
+        out = []
+
+        def family(name, kind, help_text, samples):
+            out.append("# HELP %s %s" % (name, help_text))
+            out.append("# TYPE %s %s" % (name, kind))
+            for suffix, extra, value in samples:
+                out.append("%s%s{%s} %s" % (name, suffix, extra(labels), _go_float(value)))
+
+        plain = lambda l: l  # noqa: E731
+        with self.lock:
+            usage = self.kv_tokens / float(self.kv_cache_tokens) if self.kv_cache_tokens else 0.0
+            family("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+                   [("", plain, self.num_running)])
+            family("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+                   [("", plain, self.num_waiting)])
+            family("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+                   [("", plain, min(1.0, max(0.0, usage)))])
+            family("vllm:prefix_cache_queries_total", "counter",
+                   "Prefix cache queries, in terms of number of queried tokens.", [("", plain, self.prefix_queries)])
+            family("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+                   [("", plain, 0)])
+            family("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.",
+                   [("", plain, 0)])
+            family("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+                   [("", plain, self.prompt_tokens)])
+            family("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+                   [("", plain, self.generation_tokens)])
+            family("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+                   [("", (lambda r: lambda l: l.replace(",", ',finished_reason="%s",' % r, 1))(r), self.success[r])
+                    for r in FINISH_REASONS])
+            helps = {
+                "vllm:request_prompt_tokens": "Number of prefill tokens processed.",
+                "vllm:request_generation_tokens": "Number of generation tokens processed.",
+                "vllm:request_params_max_tokens": "Histogram of the max_tokens request parameter.",
+                "vllm:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+                "vllm:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+                "vllm:e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
+                "vllm:request_queue_time_seconds": "Histogram of time spent in WAITING phase for request.",
+                "vllm:request_inference_time_seconds": "Histogram of time spent in RUNNING phase for request.",
+                "vllm:request_prefill_time_seconds": "Histogram of time spent in PREFILL phase for request.",
+                "vllm:request_decode_time_seconds": "Histogram of time spent in DECODE phase for request.",
+            }
+            for name, hist in self.hist.items():
+                samples, running = [], 0
+                for bound, count in zip(hist.bounds, hist.counts):
+                    running += count
+                    samples.append(("_bucket", (lambda b: lambda l: l.replace(
+                        ",model_name", ',le="%s",model_name' % _go_float(b), 1))(bound), running))
+                samples += [("_count", plain, running), ("_sum", plain, hist.total)]
+                family(name, "histogram", helps[name], samples)
+        return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- the GPUs' load (the simulator's records)
+
+class LoadRecorder(object):
+    """Keeps this engine's load record where the simulated nvidia-smi reads it (molecule/simulator/gpusim/load.py,
+    whose format this writes without importing it: the image carries no gpusim of its own). Test harness only:
+    a real vLLM has nothing like it. The record names the engine's GPUs by UUID, its requests in flight and batch
+    capacity (max_num_seqs) and, with GPUHOST_STANDIN_HOLD_MEMORY=1, the memory it holds on each GPU; it is refreshed
+    every HEARTBEAT_S while there is something to say (so it expires TTL_S after the engine dies) and removed at
+    SIGTERM. Nothing is written where the directory does not exist (no simulator bound it into the container)."""
+
+    HEARTBEAT_S = 2.0
+    TTL_S = 10.0
+
+    def __init__(self, env, uuids, capacity, memory_mib, clock=time.time):
+        self.directory = env.get("GPUSIM_LOAD_DIR") or "/var/lib/gpu-sim/load"
+        self.name = "vllm-standin-%s-%d" % (socket.gethostname(), os.getpid())
+        self.uuids, self.capacity, self.memory_mib = list(uuids), capacity, memory_mib
+        self.clock = clock
+        self.in_flight, self.busy_since = 0, None
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.enabled = bool(self.uuids) and os.path.isdir(self.directory)
+
+    def record(self):
+        return {"writer": "vllm-standin", "gpus": self.uuids, "in_flight": self.in_flight,
+                "capacity": self.capacity, "busy_since": self.busy_since, "memory_mib": self.memory_mib,
+                "updated": self.clock(), "ttl_s": self.TTL_S}
+
+    def _write(self):
+        if not self.enabled:
+            return
+        path = os.path.join(self.directory, self.name + ".json")
+        tmp = os.path.join(self.directory, ".%s.tmp" % self.name)
+        try:
+            if not self.in_flight and not self.memory_mib:
+                if os.path.exists(path):
+                    os.unlink(path)
+                return
+            with open(tmp, "w") as handle:
+                json.dump(self.record(), handle, sort_keys=True)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+
+    def change(self, delta):
+        with self.lock:
+            before = self.in_flight
+            self.in_flight = max(0, self.in_flight + delta)
+            if not before and self.in_flight:
+                self.busy_since = self.clock()
+            elif not self.in_flight:
+                self.busy_since = None
+            self._write()
+
+    def start(self):
+        """The heartbeat (and the first record of an engine that holds memory)."""
+        if not self.enabled:
+            return
+        with self.lock:
+            self._write()
+
+        def beat():
+            while not self.stopped.wait(self.HEARTBEAT_S):
+                with self.lock:
+                    if self.in_flight or self.memory_mib:
+                        self._write()
+        threading.Thread(target=beat, daemon=True).start()
+
+    def stop(self):
+        self.stopped.set()
+        if self.enabled:
+            with self.lock:
+                self.in_flight, self.memory_mib = 0, 0
+                self._write()
+
+
 def make_handler(engine):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -771,19 +1202,25 @@ def make_handler(engine):
         def log_message(self, fmt, *args):  # uvicorn's access log instead
             pass
 
-        def _send(self, status, payload=None):
-            body = b"" if payload is None else json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
+        def _access(self, status):
             phrase = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
                       405: "Method Not Allowed"}.get(status, "")
             engine.log.uvicorn('%s:%d - "%s %s HTTP/1.1" %d %s' % (
                 self.client_address[0], self.client_address[1], self.command, self.path.split("?")[0],
                 status, phrase))
+
+        def _send(self, status, payload=None, text=None):
+            if text is not None:
+                body, kind = text.encode(), "text/plain; version=0.0.4; charset=utf-8"
+            else:
+                body, kind = (b"" if payload is None else json.dumps(payload).encode()), "application/json"
+            self.send_response(status)
+            self.send_header("content-type", kind)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+            self._access(status)
 
         def _authorised(self):
             if not engine.api_key or not self.path.startswith("/v1"):
@@ -794,14 +1231,42 @@ def make_handler(engine):
             path = self.path.split("?")[0]
             if path == "/health":
                 self._send(200)
+            elif path == "/metrics":
+                self._send(200, text=engine.metrics.render())
             elif not self._authorised():
                 self._send(401, {"error": "Unauthorized"})
             elif path == "/v1/models":
                 self._send(200, models_reply(engine))
-            elif path == "/v1/chat/completions":
+            elif path in ("/v1/chat/completions", "/v1/completions"):
                 self._send(405, {"detail": "Method Not Allowed"})
             else:
                 self._send(404, {"detail": "Not Found"})
+
+        def _stream(self, body, chat):
+            """SSE in HTTP/1.1 chunks, as uvicorn sends a StreamingResponse of unknown length."""
+            started = []
+
+            def send(text):
+                if not started:
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream; charset=utf-8")
+                    self.send_header("transfer-encoding", "chunked")
+                    self.end_headers()
+                    self._access(200)
+                    started.append(True)
+                data = text.encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            try:
+                refused = stream_events(engine, body, chat, send)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+                return
+            if refused:
+                self._send(*refused)
+                return
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
 
         def do_POST(self):
             path = self.path.split("?")[0]
@@ -809,16 +1274,21 @@ def make_handler(engine):
             raw = self.rfile.read(length) if length else b""
             if not self._authorised():
                 self._send(401, {"error": "Unauthorized"})
-            elif path == "/v1/chat/completions":
-                try:
-                    body = json.loads(raw.decode() or "null")
-                except ValueError:
-                    self._send(400, {"error": {"message": "Invalid JSON", "type": "BadRequestError",
-                                               "param": None, "code": 400}})
-                    return
-                self._send(*chat_reply(engine, body))
-            else:
+                return
+            if path not in ("/v1/chat/completions", "/v1/completions"):
                 self._send(404, {"detail": "Not Found"})
+                return
+            try:
+                body = json.loads(raw.decode() or "null")
+            except ValueError:
+                self._send(400, {"error": {"message": "Invalid JSON", "type": "BadRequestError",
+                                           "param": None, "code": 400}})
+                return
+            chat = path == "/v1/chat/completions"
+            if isinstance(body, dict) and body.get("stream"):
+                self._stream(body, chat)
+            else:
+                self._send(*(chat_reply(engine, body) if chat else completion_reply(engine, body)))
 
     return Handler
 
@@ -830,7 +1300,13 @@ def serve(engine, sock):
     server.daemon_threads = True
     engine.stop = server.shutdown
 
+    recorder = getattr(engine, "recorder", None)
+    if recorder is not None:
+        recorder.start()
+
     def stop(signum, frame):
+        if recorder is not None:
+            recorder.stop()
         engine.log.uvicorn("Shutting down")
         engine.log.uvicorn("Waiting for application shutdown.")
         engine.log.uvicorn("Application shutdown complete.")
@@ -846,6 +1322,9 @@ def serve(engine, sock):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:   # `vllm bench serve ...` (bench.py): the load generator of the same image
+        from bench import main as bench_main  # pylint: disable=import-outside-toplevel
+        return bench_main(argv[1:])
     if argv[:1] == ["serve"]:
         argv = argv[1:]
     # PID 1 in a container ignores SIGTERM unless a handler is installed: stop while starting, too.

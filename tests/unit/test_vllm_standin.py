@@ -9,6 +9,7 @@ import os
 import re
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -418,3 +419,347 @@ def test_mig_enabled_gpu_given_whole_is_no_cuda_device():
                     "-L": _corpus("027_L_590.48.01_H100.txt"),
                     "-q": _corpus("003_q_590.48.01_H100-MIG_load.txt")})
     assert host.gpus() is None
+
+
+# ------------------------------------------------------------------ streaming, /metrics, load, vllm bench serve
+#
+# What vLLM's OpenAI server streams (entrypoints/openai/completion/serving.py, chat_completion/serving.py), its
+# /metrics names (docs/research/serving-acceptance.md 3) and `vllm bench serve`'s printed block and JSON keys (1a,
+# 1b; tests/fixtures/vllm_bench/).
+
+sys.path.insert(0, os.path.join(ROOT, "molecule", "simulator"))
+
+import bench  # noqa: E402
+from gpusim import ctl as sim_ctl, smi as sim_smi, state as sim_state  # noqa: E402
+
+KEY = "sk-PLANTED-live"
+
+
+def _post(url, body, key=KEY):
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.headers, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers, exc.read().decode()
+
+
+def _events(text):
+    """The SSE events' data, as vLLM's bench client splits them."""
+    assert text.endswith("\n\n")
+    return [m[len("data: "):] for m in text.split("\n\n") if m]
+
+
+def test_streamed_completion_is_vllms_sse(live):
+    base, engine, out = live
+    status, headers, text = _post(base + "/v1/completions", {
+        "model": "qwen3-32b", "prompt": "abc " * 40, "max_tokens": 5, "stream": True,
+        "stream_options": {"include_usage": True}})
+    assert status == 200 and headers["content-type"] == "text/event-stream; charset=utf-8"
+    events = _events(text)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    tokens, usage = chunks[:-1], chunks[-1]
+    assert len(tokens) == 5
+    for chunk in tokens:   # dumped with exclude_unset=False: every field, usage null
+        assert list(chunk) == ["id", "object", "created", "model", "choices", "usage"]
+        assert chunk["object"] == "text_completion" and chunk["usage"] is None and chunk["id"].startswith("cmpl-")
+        assert list(chunk["choices"][0]) == ["index", "text", "logprobs", "finish_reason", "stop_reason",
+                                             "prompt_token_ids", "token_ids"]
+    assert [c["choices"][0]["finish_reason"] for c in tokens] == [None] * 4 + ["length"]
+    assert len({c["id"] for c in chunks}) == 1
+    # the usage chunk: exclude_none, no choices
+    assert usage["choices"] == [] and usage["usage"] == {"prompt_tokens": 40, "total_tokens": 45,
+                                                         "completion_tokens": 5}
+    assert '"POST /v1/completions HTTP/1.1" 200 OK' in out.getvalue()
+    # compact JSON, as pydantic writes it
+    assert events[0].startswith('{"id":"cmpl-')
+
+
+def test_streamed_chat_sends_the_role_chunk_first(live):
+    base, _, _ = live
+    _, _, text = _post(base + "/v1/chat/completions", {
+        "model": "qwen3-32b", "max_completion_tokens": 3, "stream": True,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "abc " * 10}]}]})
+    events = _events(text)
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert events[-1] == "[DONE]" and len(chunks) == 4      # role + 3 tokens, no usage unless asked
+    assert chunks[0]["choices"] == [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                     "finish_reason": None}]
+    assert all(c["object"] == "chat.completion.chunk" and "usage" not in c for c in chunks)
+    assert chunks[1]["choices"][0] == {"index": 0, "delta": {"content": "This"}, "logprobs": None,
+                                       "finish_reason": None}
+    assert chunks[-1]["choices"][0] == {"index": 0, "delta": {"content": " comes"}, "logprobs": None,
+                                        "finish_reason": "length", "stop_reason": None}
+
+
+def test_time_per_prompt_and_output_token(models):
+    engine = server.Engine(served=["m"], max_model_len=4096, requests=0, lock=threading.Lock(), model="/models/m",
+                           env={"GPUHOST_STANDIN_PREFILL_TOKEN_S": "0.001", "GPUHOST_STANDIN_TOKEN_S": "0.02",
+                                "GPUHOST_STANDIN_FIRST_REQUEST_S": "0.5"}, sleep=None)
+    slept = []
+    engine.sleep = slept.append
+    sent = []
+    server.stream_events(engine, {"prompt": "abcd" * 100, "max_tokens": 4, "stream": True}, False, sent.append)
+    # the first request's JIT cost and the prefill of 100 prompt tokens before the first token, then one step a token
+    assert slept == [pytest.approx(0.5 + 0.1), 0.02, 0.02, 0.02] and len(sent) == 5
+    slept[:] = []
+    server.stream_events(engine, {"prompt": "abcd" * 100, "max_tokens": 2, "stream": True}, False, sent.append)
+    assert slept == [pytest.approx(0.5 / 4 + 0.1), 0.02]
+
+
+def _scrape(base):
+    """/metrics parsed back: {(name, frozenset(labels)): value}, {name: (type, help)}."""
+    status, body = _get(base + "/metrics")
+    assert status == 200
+    samples, families = {}, {}
+    for line in body.decode().splitlines():
+        if line.startswith("# HELP "):
+            name, text = line[len("# HELP "):].split(" ", 1)
+            families.setdefault(name, {})["help"] = text
+        elif line.startswith("# TYPE "):
+            name, kind = line[len("# TYPE "):].split(" ")
+            families.setdefault(name, {})["type"] = kind
+        else:
+            m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\} (\S+)$', line)
+            assert m, line
+            labels = frozenset(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+            assert m.group(2) == ",".join('%s="%s"' % kv for kv in sorted(labels))   # prometheus_client sorts them
+            samples[(m.group(1), labels)] = float(m.group(3))
+    return samples, families
+
+
+# docs/research/serving-acceptance.md section 3 (loggers.py @ 005a810b and the later loggers.py / metrics.md)
+REAL_NAMES = {
+    "vllm:num_requests_running": ("gauge", "Number of requests in model execution batches."),
+    "vllm:num_requests_waiting": ("gauge", "Number of requests waiting to be processed."),
+    "vllm:kv_cache_usage_perc": ("gauge", "KV-cache usage. 1 means 100 percent usage."),
+    "vllm:prompt_tokens_total": ("counter", "Number of prefill tokens processed."),
+    "vllm:generation_tokens_total": ("counter", "Number of generation tokens processed."),
+    "vllm:request_success_total": ("counter", "Count of successfully processed requests."),
+    "vllm:time_to_first_token_seconds": ("histogram", "Histogram of time to first token in seconds."),
+    "vllm:inter_token_latency_seconds": ("histogram", "Histogram of inter-token latency in seconds."),
+    "vllm:e2e_request_latency_seconds": ("histogram", "Histogram of e2e request latency in seconds."),
+    "vllm:request_queue_time_seconds": ("histogram", "Histogram of time spent in WAITING phase for request."),
+    "vllm:request_inference_time_seconds": ("histogram", "Histogram of time spent in RUNNING phase for request."),
+    "vllm:request_prefill_time_seconds": ("histogram", "Histogram of time spent in PREFILL phase for request."),
+    "vllm:request_decode_time_seconds": ("histogram", "Histogram of time spent in DECODE phase for request."),
+}
+ALSO_REAL = {"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total",
+             "vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:request_params_max_tokens"}
+
+
+def test_metrics_count_what_was_served(live):
+    base, _, _ = live
+    for n in (3, 7):
+        _post(base + "/v1/completions", {"prompt": "abcd" * 20, "max_tokens": n, "stream": True})
+    _post(base + "/v1/chat/completions", {"messages": [{"role": "user", "content": "abcd" * 8}], "max_tokens": 2})
+    samples, families = _scrape(base)
+    for name, (kind, text) in REAL_NAMES.items():
+        assert families[name] == {"type": kind, "help": text}, name
+    assert set(families) == set(REAL_NAMES) | ALSO_REAL     # only names vLLM has
+    label = frozenset([("engine", "0"), ("model_name", "qwen3-32b")])
+    value = lambda name, **extra: samples[(name, label | frozenset(extra.items()))]  # noqa: E731
+    assert value("vllm:prompt_tokens_total") == 20 + 20 + (8 + 4)
+    assert value("vllm:generation_tokens_total") == 3 + 7 + 2
+    assert value("vllm:request_success_total", finished_reason="length") == 3
+    assert value("vllm:request_success_total", finished_reason="abort") == 0
+    assert value("vllm:num_requests_running") == value("vllm:num_requests_waiting") == 0
+    assert value("vllm:kv_cache_usage_perc") == 0
+    assert value("vllm:time_to_first_token_seconds_count") == 3
+    assert value("vllm:inter_token_latency_seconds_count") == 2 + 6 + 1
+    buckets = sorted((float(dict(k[1])["le"]), v) for k, v in samples.items()
+                     if k[0] == "vllm:e2e_request_latency_seconds_bucket")
+    assert [b for b, _ in buckets][:3] == [0.3, 0.5, 0.8] and buckets[-1] == (float("inf"), 3)
+    assert all(a[1] <= b[1] for a, b in zip(buckets, buckets[1:]))      # cumulative
+    assert ("vllm:time_to_first_token_seconds_bucket", label | {("le", "2560.0")}) in samples
+
+
+def test_requests_beyond_max_num_seqs_wait_and_running_ones_fill_the_kv_cache(live):
+    base, engine, _ = live
+    engine.slots = threading.BoundedSemaphore(1)
+    go, first_token = threading.Event(), threading.Event()
+    # the first request holds its batch slot in its prefill until `go`
+    engine.sleep = lambda s: (first_token.set(), go.wait(10))
+    held = threading.Thread(target=_post, args=(base + "/v1/completions", {"prompt": "abcd" * 100, "max_tokens": 2}))
+    held.start()
+    assert first_token.wait(10)
+    other = threading.Thread(target=_post, args=(base + "/v1/completions", {"prompt": "abcd", "max_tokens": 1}))
+    other.start()
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        samples, _ = _scrape(base)
+        label = frozenset([("engine", "0"), ("model_name", "qwen3-32b")])
+        if samples[("vllm:num_requests_waiting", label)] == 1:
+            break
+        time.sleep(0.01)
+    assert samples[("vllm:num_requests_running", label)] == 1
+    assert samples[("vllm:num_requests_waiting", label)] == 1
+    assert 0 < samples[("vllm:kv_cache_usage_perc", label)] < 1
+    go.set()
+    held.join(10)
+    other.join(10)
+    samples, _ = _scrape(base)
+    assert samples[("vllm:num_requests_running", label)] == samples[("vllm:num_requests_waiting", label)] == 0
+
+
+def test_serving_shows_as_load_in_the_simulated_dmon(models, tmp_path):
+    """The stand-in records its work where the simulated nvidia-smi reads it (gpusim/load.py): dmon shows the GPU
+    busy while a request runs, with the memory the engine holds, and idle again after."""
+    state_path = tmp_path / "state.json"
+    state = sim_ctl.init_state(["h100", "h100"], driver="580.95.05")
+    sim_state.save(state, str(state_path))
+    load_dir = tmp_path / "load"
+    load_dir.mkdir()
+    gpus = [dict(H100, index=i, uuid=g["uuid"]) for i, g in enumerate(state["gpus"])]
+    env = {"VLLM_API_KEY": KEY, "GPUSIM_LOAD_DIR": str(load_dir), "GPUHOST_STANDIN_HOLD_MEMORY": "1"}
+    out = io.StringIO()
+    engine, sock = server.start(fp8_args(models)[:-2] + ["--port", "0"], env=env,
+                                host=FakeHost(gpus=gpus, cache="/nonexistent"), out=out, err=out,
+                                sleep=lambda s: None)
+    go, busy = threading.Event(), threading.Event()
+    engine.sleep = lambda s: (busy.set(), go.wait(10))
+    thread = threading.Thread(target=server.serve, args=(engine, sock), daemon=True)
+    thread.start()
+
+    def dmon():
+        os.environ["GPUSIM_LOAD_DIR"] = str(load_dir)
+        try:
+            text, _ = sim_smi.run(["dmon", "-s", "pum", "-c", "1"], state_path=str(state_path), now=time.time())
+        finally:
+            del os.environ["GPUSIM_LOAD_DIR"]
+        names = text.splitlines()[0].lstrip("#").split()
+        return [dict(zip(names, line.split())) for line in text.splitlines()[2:]]
+    try:
+        deadline = time.time() + 10   # serve() writes the first record (the memory it holds) as it starts
+        while not os.listdir(str(load_dir)) and time.time() < deadline:
+            time.sleep(0.01)
+        budget = int(0.92 * (81559 - 479))
+        idle = dmon()
+        assert [(r["sm"], r["fb"]) for r in idle] == [("0", str(budget))] + [("0", "0")]   # held, not busy
+        request = threading.Thread(target=_post, args=("http://127.0.0.1:%d/v1/completions" % engine.port,
+                                                       {"prompt": "abcd" * 10, "max_tokens": 3, "stream": True}))
+        request.start()
+        assert busy.wait(10)
+        gpu0, gpu1 = dmon()
+        assert gpu0["sm"] == "100" and int(gpu0["mem"]) >= 35 and int(gpu0["pwr"]) > 69 + 200
+        assert gpu1["sm"] == "0"                       # TP 1: the other GPU is not the engine's
+        go.set()
+        request.join(10)
+        assert dmon()[0]["sm"] == "0"
+    finally:
+        go.set()
+        engine.recorder.stop()
+        getattr(engine, "stop", lambda: None)()
+    assert os.listdir(str(load_dir)) == []           # SIGTERM's stop removes the record
+
+
+# ------------------------------------------------------------------ vllm bench serve
+
+def _bench(capsys, *argv):
+    code = server.main(["bench", "serve"] + list(argv))
+    return code, capsys.readouterr().out
+
+
+def _block(text):
+    lines = text.splitlines()
+    start = lines.index("============ Serving Benchmark Result ============")
+    return lines[start:lines.index("=" * 50, start + 1) + 1]
+
+
+def test_bench_prints_the_real_block_row_for_row(live, capsys, tmp_path):
+    """The same options as the real GB10 run of tests/fixtures/vllm_bench (chat backend, a finite rate, E2EL and
+    four percentiles): the same rows in the same order, each padded as `"{:<40} {:<10}"` pads it."""
+    base, engine, _ = live
+    code, text = _bench(capsys, "--backend", "openai-chat", "--base-url", base, "--endpoint", "/v1/chat/completions",
+                        "--model", "qwen3-32b", "--percentile-metrics", "ttft,tpot,itl,e2el",
+                        "--metric-percentiles", "50,90,95,99", "--seed", "42", "--dataset-name", "random",
+                        "--random-input-len", "32", "--random-output-len", "8", "--num-prompts", "6",
+                        "--request-rate", "200", "--header", "Authorization=Bearer " + KEY)
+    with open(os.path.join(FIXTURES, "vllm_bench", "serve-result_openai-chat_rate-0.2_e2el_p50-90-95-99_gb10.txt"),
+              encoding="utf-8") as handle:
+        real = handle.read().splitlines()
+    mine = _block(text)
+    assert code == 0 and len(mine) == len(real)
+    for line, real_line in zip(mine, real):
+        assert line[:41] == real_line[:41] and len(line) == len(real_line), (line, real_line)
+    rows = dict((line[:40].strip(), line[41:].strip()) for line in mine if line[:40].strip().endswith(":"))
+    assert rows["Successful requests:"] == "6" and rows["Failed requests:"] == "0"
+    assert rows["Request rate configured (RPS):"] == "200.00"
+    assert rows["Total generated tokens:"] == "48"
+    assert rows["Total input tokens:"] == str(6 * (32 + 4))     # the chat template's tokens, as the server counts
+    before = text[:text.index(mine[0])].splitlines()
+    assert before[0].startswith("Namespace(") and before[-1] == "tip: install termplotlib and gnuplot to plot the metrics"
+    assert ["Starting initial single prompt test run...", "Skipping endpoint ready check.",
+            "Starting main benchmark run...", "Traffic request rate: 200.0",
+            "Burstiness factor: 1.0 (Poisson process)", "Maximum request concurrency: None"] == \
+        [line for line in before if not line.startswith(("Namespace(", "WARNING", "tip:"))]
+    assert engine.requests >= 6
+
+
+# vllm/benchmarks/serve.py @ 009e6d4a (docs/research/serving-acceptance.md 1b): main_async's setup keys, then
+# benchmark()'s result without the per-request lists --save-detailed keeps, then process_one_metric's per metric.
+SETUP_KEYS = ["date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts", "request_rate",
+              "burstiness", "max_concurrency"]
+RESULT_KEYS = ["duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
+               "request_goodput", "output_throughput", "total_token_throughput", "latencies", "queue_times",
+               "max_output_tokens_per_s", "max_concurrent_requests", "rtfx"]
+DETAILED_KEYS = ["input_lens", "output_lens", "ttfts", "itls", "start_times", "generated_texts", "errors"]
+
+
+def _metric_keys(metrics, percentiles):
+    return [k for m in metrics for k in ["mean_%s_ms" % m, "median_%s_ms" % m, "std_%s_ms" % m] +
+            ["p%s_%s_ms" % (p, m) for p in percentiles]]
+
+
+def test_bench_saves_the_real_json_keys(live, capsys, tmp_path):
+    base, _, _ = live
+    code, text = _bench(capsys, "--base-url", base, "--num-prompts", "5", "--random-input-len", "16",
+                        "--random-output-len", "4", "--save-result", "--result-dir", str(tmp_path),
+                        "--percentile-metrics", "ttft,tpot,itl,e2el", "--header", "Authorization=Bearer " + KEY)
+    assert code == 0
+    assert "Model not specified, fetching first model from server..." in text
+    names = os.listdir(str(tmp_path))
+    # {label}-{request_rate}qps-{model basename}-{%Y%m%d-%H%M%S}.json, the model id being /v1/models' root
+    assert len(names) == 1 and re.match(r"^openai-infqps-Qwen3-32B-FP8-\d{8}-\d{6}\.json$", names[0]), names
+    with open(os.path.join(str(tmp_path), names[0]), encoding="utf-8") as handle:
+        saved = json.load(handle)
+    assert list(saved) == SETUP_KEYS + RESULT_KEYS + _metric_keys(["ttft", "tpot", "itl", "e2el"], ["99"])
+    assert saved["completed"] == 5 and saved["failed"] == 0 and saved["total_output_tokens"] == 20
+    assert saved["total_input_tokens"] == 5 * 16 and saved["request_rate"] == "inf"
+    assert saved["max_concurrency"] is None and saved["request_goodput"] is None
+    assert saved["output_throughput"] == pytest.approx(20 / saved["duration"])
+    assert len(saved["latencies"]) == 5 and saved["max_concurrent_requests"] >= 1
+
+
+def test_bench_with_max_concurrency_and_details(live, capsys, tmp_path):
+    base, _, _ = live
+    result = str(tmp_path / "r.json")
+    code, text = _bench(capsys, "--base-url", base, "--num-prompts", "4", "--random-input-len", "8",
+                        "--random-output-len", "3", "--max-concurrency", "2", "--save-result", "--save-detailed",
+                        "--result-filename", result, "--metric-percentiles", "50,99.9", "--num-warmups", "2",
+                        "--percentile-metrics", "ttft,tpot,itl,client_queue_time", "--goodput", "ttft:60000",
+                        "--header", "Authorization=Bearer " + KEY)
+    with open(result, encoding="utf-8") as handle:
+        saved = json.load(handle)
+    assert code == 0 and "Warming up with 2 requests..." in text and "Warmup run completed." in text
+    rows = [line[:40].strip() for line in _block(text)]
+    assert rows[3] == "Maximum request concurrency:" and "Request goodput (req/s):" in rows
+    # the client-side queueing section (only with --max-concurrency, and only when --percentile-metrics names it)
+    assert "{s:{c}^{n}}".format(s="Client-side Queueing", n=50, c="-") in _block(text)
+    assert "Mean Client Queue Time (ms):" in rows and "P99.9 Client Queue Time (ms):" in rows
+    assert list(saved) == SETUP_KEYS + RESULT_KEYS[:9] + DETAILED_KEYS[:4] + ["latencies", "start_times",
+                                                                                "queue_times"] + \
+        DETAILED_KEYS[5:] + RESULT_KEYS[11:] + _metric_keys(["ttft", "tpot", "itl"], ["50", "99.9"]) + \
+        _metric_keys(["client_queue_time"], ["50", "99.9"])
+    assert saved["max_concurrency"] == 2 and saved["max_concurrent_requests"] <= 2
+    assert saved["request_goodput"] == pytest.approx(4 / saved["duration"])
+
+
+def test_bench_statistics_are_numpys():
+    values = [0.1, 0.4, 0.2, 0.9]
+    assert bench.percentile(values, 50) == pytest.approx(0.3)          # numpy.median
+    assert bench.percentile(values, 99) == pytest.approx(0.885)        # numpy.percentile(values, 99), linear
+    assert bench.std(values) == pytest.approx(0.3082207, abs=1e-7)     # numpy.std, ddof 0
+    assert bench.percentile([], 99) == bench.mean([]) == 0
