@@ -690,7 +690,8 @@ def test_bench_prints_the_real_block_row_for_row(live, capsys, tmp_path):
     assert rows["Total generated tokens:"] == "48"
     assert rows["Total input tokens:"] == str(6 * (32 + 4))     # the chat template's tokens, as the server counts
     before = text[:text.index(mine[0])].splitlines()
-    assert before[0].startswith("Namespace(") and before[-1] == "tip: install termplotlib and gnuplot to plot the metrics"
+    assert before[0].startswith("Namespace(")
+    assert before[-1] == "tip: install termplotlib and gnuplot to plot the metrics"
     assert ["Starting initial single prompt test run...", "Skipping endpoint ready check.",
             "Starting main benchmark run...", "Traffic request rate: 200.0",
             "Burstiness factor: 1.0 (Poisson process)", "Maximum request concurrency: None"] == \

@@ -373,10 +373,13 @@ def nsenter_bind_load(pid, rootfs):
     engine there records its work where the host's nvidia-smi, and every other container's, reads it."""
     from . import load as _load  # pylint: disable=import-outside-toplevel
     host_dir = _load.load_dir()
-    os.makedirs(host_dir, exist_ok=True)
-    os.chmod(host_dir, 0o1777)   # whatever user the engine runs as may write its record (as /tmp)
-    mountpoint = _inside(rootfs, _load.LOAD_DIR)
-    os.makedirs(mountpoint, exist_ok=True)
+    try:   # load is a reading, never a reason for the container not to start
+        os.makedirs(host_dir, exist_ok=True)
+        os.chmod(host_dir, 0o1777)   # whatever user the engine runs as may write its record (as /tmp)
+        mountpoint = _inside(rootfs, _load.LOAD_DIR)
+        os.makedirs(mountpoint, exist_ok=True)
+    except (OSError, HookError):
+        return
     subprocess.run(["nsenter", "--target", str(pid), "--mount", "mount", "--bind", host_dir, mountpoint],
                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
 

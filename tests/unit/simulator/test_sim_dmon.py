@@ -271,3 +271,18 @@ def test_memory_temperature_only_on_hbm_boards(tmp_path):
     out, _ = run_smi(p, "--query-gpu=temperature.gpu,temperature.memory", "--format=csv,noheader")
     assert out == "34, 38\n34, N/A\n34, N/A\n"
     assert [r["mtemp"] for r in _table(run_smi(p, "dmon", "-c", "1")[0])] == ["38", "-", "-"]
+
+
+def test_the_hook_binds_the_load_records_into_a_container(tmp_path, monkeypatch):
+    """A serving engine in the container writes where the host's nvidia-smi reads (gpusim/load.py)."""
+    from gpusim import hook
+    calls = []
+    monkeypatch.setenv("GPUSIM_LOAD_DIR", str(tmp_path / "host-load"))
+    monkeypatch.setattr(hook.subprocess, "run", lambda argv, **kw: calls.append(argv))
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    hook.nsenter_bind_load(4242, str(rootfs))
+    inside = rootfs / "var/lib/gpu-sim/load"
+    assert inside.is_dir() and oct((tmp_path / "host-load").stat().st_mode & 0o7777) == "0o1777"
+    assert calls == [["nsenter", "--target", "4242", "--mount", "mount", "--bind", str(tmp_path / "host-load"),
+                      str(inside)]]
