@@ -30,6 +30,8 @@ text and exit 2, as for any other invalid option).
 """
 import time
 
+from .cliargs import Options
+
 GROUPS = (
     ("p", (("pwr", "W"), ("gtemp", "C"), ("mtemp", "C"))),
     ("u", (("sm", "%"), ("mem", "%"), ("enc", "%"), ("dec", "%"), ("jpg", "%"), ("ofa", "%"))),
@@ -58,19 +60,9 @@ class Args(object):
 def parse_args(argv):
     """`dmon`'s own options; ValueError for anything else (nvidia-smi then prints its invalid-combination text)."""
     a = Args()
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-
-        def value():
-            nonlocal i
-            if eq:
-                return inline
-            i += 1
-            if i >= len(argv):
-                raise ValueError(name)
-            return argv[i]
+    opts = Options(argv)
+    value = opts.value
+    for name in opts:
         if name in ("-s", "--select"):
             letters = value().replace(",", "").strip()
             if not letters or any(c not in LETTERS for c in letters):
@@ -88,8 +80,7 @@ def parse_args(argv):
                 raise ValueError(name)
             a.date, a.time = "D" in letters, "T" in letters
         else:
-            raise ValueError(arg)
-        i += 1
+            raise ValueError(opts.arg)
     return a
 
 

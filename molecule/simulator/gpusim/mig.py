@@ -22,6 +22,8 @@ Sources (docs/research/mig.md, tests/fixtures/mig/README.md, corpus nvidia_smi/ 
 import os
 import stat as _stat
 
+from .cliargs import Options
+
 # ----- profiles -------------------------------------------------------------------------------------------------
 # (id, name, total, mib, sm, dec, enc, ce, jpeg, ofa, starts, size)
 _SLOTS8 = {1: list(range(7)), 2: [0, 2, 4], 4: [0, 4], 8: [0]}
@@ -446,19 +448,9 @@ _OPTS = {"-lgip": "lgip", "--list-gpu-instance-profiles": "lgip",
 def parse_mig_args(argv):
     """-> dict(action, ids, gi, ci, value, default_ci) or raises ValueError (Invalid combination...)."""
     a = {"action": None, "ids": None, "gi": None, "ci": None, "value": None, "default_ci": False}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-
-        def val():
-            nonlocal i
-            if eq:
-                return inline
-            i += 1
-            if i >= len(argv):
-                raise ValueError(name)
-            return argv[i]
+    opts = Options(argv)
+    val = opts.value
+    for name in opts:
         if name in ("-i", "--id"):
             a["ids"] = [s.strip() for s in val().split(",") if s.strip()]
         elif name in ("-gi", "--gpu-instance-id"):
@@ -473,11 +465,10 @@ def parse_mig_args(argv):
             a["action"] = _OPTS[name]
             if a["action"] == "cgi":
                 a["value"] = val()
-            elif a["action"] == "cci" and (eq or (i + 1 < len(argv) and not argv[i + 1].startswith("-"))):
+            elif a["action"] == "cci" and opts.has_value():
                 a["value"] = val()
         else:
-            raise ValueError(arg)
-        i += 1
+            raise ValueError(opts.arg)
     if a["action"] is None or (a["default_ci"] and a["action"] != "cgi"):
         raise ValueError("mig")
     return a
