@@ -121,3 +121,53 @@ def parse_pmon(data):
         result["warnings"].append("%d pmon row(s) do not fit the header's %d columns and were skipped"
                                   % (skipped, len(columns)))
     return result
+
+
+def dmon_series(data):
+    """`nvidia-smi dmon` -> {GPU index: [one dict per sample, column -> raw text]}, in the order sampled. A row that
+    does not fit the header (a line cut by ^C) is dropped."""
+    columns, rows = _sampled_rows(clean_text(data))
+    series = {}
+    for tokens in rows:
+        index = _int(tokens[columns.index("gpu")]) if len(tokens) == len(columns) else None
+        if index is not None:
+            series.setdefault(index, []).append(dict(zip(columns, tokens)))
+    if not series:
+        raise TruncatedInput("nvidia-smi dmon output has no sample row (truncated?)")
+    return series
+
+
+def _column(samples, *names):
+    """The numbers of the first of `names` the samples have ("-": not reported, left out)."""
+    name = next((n for n in names if samples and n in samples[0]), None)
+    values = [_float(s.get(name)) for s in samples] if name else []
+    return [v for v in values if v is not None]
+
+
+def _stat(values, how):
+    return round(how(values), 1) if values else None
+
+
+def load_summary(series):
+    """What each GPU's samples of a load say: {index: {samples, util_mean, util_min (dmon's `sm`: the share of the
+    sample period in which a kernel ran, NVML's utilization.gpu, not how many SMs it filled), memory_activity_mean,
+    power_max_w, temperature_max_c, clock_min_mhz, clock_max_mhz (pclk), power_violation_max (pviol, %),
+    thermal_violation (tviol seen), framebuffer_max_mib}}; None where the output lacks the column or the GPU does not
+    report it (MIG: sm and mem are "-")."""
+    def mean(values):
+        return sum(values) / len(values)
+    out = {}
+    for index, samples in sorted(series.items()):
+        util = _column(samples, "sm")
+        tviol = _column(samples, "tviol")
+        out[index] = {
+            "samples": len(samples), "util_mean": _stat(util, mean), "util_min": _stat(util, min),
+            "memory_activity_mean": _stat(_column(samples, "mem"), mean),
+            "power_max_w": _stat(_column(samples, "pwr"), max),
+            "temperature_max_c": _stat(_column(samples, "gtemp", "temp"), max),
+            "clock_min_mhz": _stat(_column(samples, "pclk"), min), "clock_max_mhz": _stat(_column(samples, "pclk"), max),
+            "power_violation_max": _stat(_column(samples, "pviol"), max),
+            "thermal_violation": (max(tviol) > 0) if tviol else None,
+            "framebuffer_max_mib": _stat(_column(samples, "fb"), max),
+        }
+    return out
