@@ -40,6 +40,13 @@ def _n(value):
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
+def under_load(series):
+    """dmon's series without each GPU's first and last sample where it has more than two: those straddle the start
+    and the end of the load (a sampler started before the first request and stopped after the last reads an idle
+    GPU there), which would pull a short run's GPU-Util down."""
+    return dict((index, samples[1:-1] if len(samples) > 2 else samples) for index, samples in series.items())
+
+
 def slowdowns(mask):
     """[(name, why)] of the slowdown bits set in a clock event reasons mask (int, or nvidia-smi's hex text)."""
     if isinstance(mask, str):

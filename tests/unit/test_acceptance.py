@@ -55,3 +55,11 @@ def test_reason_bits():
     assert [n for n, _w in acceptance.slowdowns("0x0000000000000004")] == ["SW Power Cap"]
     assert [n for n, _w in acceptance.slowdowns(0x1 | 0x40 | 0x80)] == ["HW Thermal Slowdown", "HW Power Brake Slowdown"]
     assert acceptance.slowdowns("0x0000000000000001") == [] and acceptance.slowdowns("[N/A]") == []
+
+
+def test_the_samples_straddling_the_load_are_left_out():
+    """017's five H100 samples: the first and the last go (a sampler's edges), three stay."""
+    series = nvsmi_dmon.dmon_series(read_fixture("nvidia_smi", "017_dmon_590.48.01_H100_load"))
+    trimmed = acceptance.under_load(series)
+    assert len(trimmed[0]) == 3 and trimmed[0] == series[0][1:4]
+    assert acceptance.under_load({0: series[0][:2]}) == {0: series[0][:2]}
