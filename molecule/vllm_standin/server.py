@@ -843,47 +843,42 @@ def _usage(prompt, completion):
             "prompt_tokens_details": None}
 
 
-def chat_reply(engine, body):
-    """(status, payload) of one /v1/chat/completions request (not streamed)."""
+def _reply(engine, body, prompt_tokens, missing, id_prefix, kind, choice):
+    """(status, payload) of one request that is not streamed: the body checked, the tokens generated, the payload
+    with `choice(text, reason)` as its one choice."""
     if not isinstance(body, dict):
         return _error(400, "Request body must be a JSON object.", "BadRequestError")
-    prompt = chat_prompt_tokens(body)
+    prompt = prompt_tokens(body)
     if prompt is None:
-        return _error(400, "messages: Field required", "BadRequestError")
+        return _error(400, *missing)
     refused = _check_request(engine, body, prompt)
     if refused:
         return refused
     wanted = _wanted(body)
     text, reason = generate(engine, prompt, wanted)
     return 200, {
-        "id": "chatcmpl-%032x" % random.getrandbits(128), "object": "chat.completion", "created": int(time.time()),
+        "id": "%s-%032x" % (id_prefix, random.getrandbits(128)), "object": kind, "created": int(time.time()),
         "model": body.get("model") or engine.served[0],
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
-                     "logprobs": None, "finish_reason": reason, "stop_reason": None}],
+        "choices": [dict({"index": 0}, **choice(text, reason))],
         "usage": _usage(prompt, wanted),
     }
+
+
+def chat_reply(engine, body):
+    """(status, payload) of one /v1/chat/completions request (not streamed)."""
+    return _reply(engine, body, chat_prompt_tokens, ("messages: Field required", "BadRequestError"), "chatcmpl",
+                  "chat.completion",
+                  lambda text, reason: {"message": {"role": "assistant", "content": text, "tool_calls": []},
+                                        "logprobs": None, "finish_reason": reason, "stop_reason": None})
 
 
 def completion_reply(engine, body):
     """(status, payload) of one /v1/completions request (not streamed)."""
-    if not isinstance(body, dict):
-        return _error(400, "Request body must be a JSON object.", "BadRequestError")
-    prompt = completion_prompt_tokens(body)
-    if prompt is None:
-        return _error(400, "Either prompt or prompt_embeds must be provided and non-empty.", "BadRequestError",
-                      "prompt")
-    refused = _check_request(engine, body, prompt)
-    if refused:
-        return refused
-    wanted = _wanted(body)
-    text, reason = generate(engine, prompt, wanted)
-    return 200, {
-        "id": "cmpl-%032x" % random.getrandbits(128), "object": "text_completion", "created": int(time.time()),
-        "model": body.get("model") or engine.served[0],
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": None,
-                     "prompt_logprobs": None}],
-        "usage": _usage(prompt, wanted),
-    }
+    return _reply(engine, body, completion_prompt_tokens,
+                  ("Either prompt or prompt_embeds must be provided and non-empty.", "BadRequestError", "prompt"),
+                  "cmpl", "text_completion",
+                  lambda text, reason: {"text": text, "logprobs": None, "finish_reason": reason, "stop_reason": None,
+                                        "prompt_logprobs": None})
 
 
 def _json(obj):
