@@ -55,19 +55,10 @@ text:
   type: str
 """
 
-import json
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.diagnosis.metrics import render
 from ansible.module_utils.runs.atomic_file import read_text, write_atomic
-
-
-def _record(text):
-    """The record's data; None where there is none or it is broken (the record's own check says so)."""
-    try:
-        return json.loads(text) if text else None
-    except ValueError:
-        return None
+from ansible.module_utils.runs.rollout import record_instances
 
 
 def main():
@@ -80,7 +71,7 @@ def main():
     if not path.endswith(".prom"):
         module.fail_json(msg="metrics: %s does not end in .prom, so the node exporter's textfile collector never "
                              "reads it" % path)
-    text = render(module.params["result"], _record(read_text(module.params["record_path"])))
+    text = render(module.params["result"], record_instances(read_text(module.params["record_path"])))
     before = read_text(path)
     changed = before != text
     if changed and not module.check_mode:

@@ -122,20 +122,10 @@ import json
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible.module_utils.runs.atomic_file import read_text, write_atomic
+from ansible.module_utils.runs.rollout import record_instances
 from ansible.module_utils.serving.vllm_instances import record
 from ansible.module_utils.serving.vllm_measured import after_starts, load_measurements
 from ansible.module_utils.serving.vllm_plan_inputs import PlanError
-
-
-def previous_instances(text):
-    """The record's vllm instances ({} when there is no record or no section)."""
-    try:
-        data = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    section = data.get("vllm") if isinstance(data, dict) else None
-    instances = section.get("instances") if isinstance(section, dict) else None
-    return instances if isinstance(instances, dict) else {}
 
 
 def main():
@@ -159,7 +149,7 @@ def main():
     try:
         entries = load_measurements(before_text)
         result = after_starts(params["instances"], params["plans"], params["reports"], set(params["deployed"]),
-                              previous_instances(read_text(params["record_path"])), params["gpus"], entries,
+                              record_instances(read_text(params["record_path"])), params["gpus"], entries,
                               params["tolerance"])
     except PlanError as exc:
         module.fail_json(msg="vllm measurements: %s: %s" % (path, exc), changed=False)

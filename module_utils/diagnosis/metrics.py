@@ -8,8 +8,8 @@ the text exposition format (prometheus.io "Exposition formats", text 0.0.4), one
 No timestamp is written: the node exporter exports each file's mtime (node_textfile_mtime_seconds), so the same
 state writes the same bytes and a run that found nothing new changes nothing.
 
-    text = render(stack_result, record)   # gpu_stack_check's result (gpu_validate_result); gpuhost's record
-                                          # (ansible_local.gpuhost, parsed), for the serving instances' figures
+    text = render(stack_result, instances)   # gpu_stack_check's result (gpu_validate_result); the serving
+                                             # instances of gpuhost's record (runs.rollout.record_instances)
 
 Pure stdlib, no Ansible imports.
 """
@@ -48,7 +48,7 @@ def _number(value):
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _serving(result, record, up, kv_tokens, concurrency, model_len):
+def _serving(result, instances, up, kv_tokens, concurrency, model_len):
     """Per serving instance (label vllm_instance: `instance` is the scrape target's own): whether it runs (the
     serving layer's check) and, from gpuhost's record, the KV cache its plan and its startup log gave it and how
     many requests of max_model_len tokens that holds (KV tokens over max_model_len, vLLM's "Maximum concurrency"):
@@ -58,9 +58,7 @@ def _serving(result, record, up, kv_tokens, concurrency, model_len):
         up.add(1, vllm_instance=name)
     for name in (data.get("stopped") or []) + (data.get("missing") or []):
         up.add(0, vllm_instance=name)
-    vllm = (record or {}).get("vllm") if isinstance(record, dict) else None
-    instances = vllm.get("instances") if isinstance(vllm, dict) else None
-    for name, inst in sorted(instances.items() if isinstance(instances, dict) else ()):
+    for name, inst in sorted((instances or {}).items()):
         if not isinstance(inst, dict):
             continue
         if _number(inst.get("max_model_len")) is not None:
@@ -73,9 +71,9 @@ def _serving(result, record, up, kv_tokens, concurrency, model_len):
                 concurrency.add(figures["max_concurrency"], vllm_instance=name, source=source)
 
 
-def render(result, record=None):
-    """The metrics of a gpu_stack_check result (and the serving instances of gpuhost's record), as the text the
-    textfile collector reads."""
+def render(result, instances=None):
+    """The metrics of a gpu_stack_check result (and of the serving instances of gpuhost's record, by name), as the
+    text the textfile collector reads."""
     layers = result.get("layers") or {}
     host_ok = _Family("gpuhost_host_ok", "1 when every layer gpuhost requires on the host checks out, 0 when one fails.")
     layer_ok = _Family("gpuhost_layer_ok", "1 when the layer checks out (ok or warn), 0 when it fails; a layer the "
@@ -116,6 +114,6 @@ def render(result, record=None):
             diag.add(0 if str(gpu) in failed else 1, gpu=gpu, level=data.get("level"))
     for name, layer in sorted(((result.get("drift") or {}).get("layers") or {}).items()):
         drifted.add(len(layer.get("findings") or []), layer=name)
-    _serving(result, record, up, kv_tokens, concurrency, model_len)
+    _serving(result, instances, up, kv_tokens, concurrency, model_len)
     families = (host_ok, layer_ok, gpus, xids, xid_gpus, out, diag, drifted, up, kv_tokens, concurrency, model_len)
     return "\n".join(line for family in families for line in family.lines()) + "\n"

@@ -56,15 +56,26 @@ def batch_settings(values):
     return out
 
 
-def serving_instances(record_text):
-    """The serving containers the host's record (ansible_local.gpuhost, its fact file's text) says it runs."""
+def _recorded(record_text):
+    """The `instances` of the vllm section of the host's record (ansible_local.gpuhost, its fact file's text) as
+    written; None without a record, with a broken one or without the section."""
     try:
         record = json.loads(record_text) if record_text else {}
     except ValueError:
-        return []
+        return None
     vllm = record.get("vllm") if isinstance(record, dict) else None
-    instances = vllm.get("instances") if isinstance(vllm, dict) else None
-    return [str(name) for name in instances or []]
+    return vllm.get("instances") if isinstance(vllm, dict) else None
+
+
+def record_instances(record_text):
+    """The serving instances of the host's record by name, as the vllm role wrote them ({} where there are none)."""
+    instances = _recorded(record_text)
+    return instances if isinstance(instances, dict) else {}
+
+
+def serving_instances(record_text):
+    """The serving containers the host's record (ansible_local.gpuhost, its fact file's text) says it runs."""
+    return [str(name) for name in _recorded(record_text) or []]
 
 
 def driver_disruption(plan):

@@ -1,11 +1,13 @@
 """gpuhost's metrics for the node exporter's textfile collector (module_utils/diagnosis/metrics.py): what a check of a
 host says, as Prometheus' text format; DCGM's diagnostic from a real DCGM 4 document (tests/fixtures/dcgm_diag/)."""
+import json
 import re
 
 from conftest import read_fixture
 from diagnosis import metrics
 from gpu import dcgm_diag as dd
 from layers import dcgm
+from runs import rollout
 
 A100 = read_fixture("dcgm_diag", "diag-r1-j_4.1.1_A100-SXM4-40GB_software-fail.json")
 SAMPLE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*",?)*\})? -?[0-9.e+]+$')
@@ -71,13 +73,18 @@ def test_promtool_accepts_the_text(promtool):
     """Prometheus' own checker on what the textfile collector will read (issue 40: `promtool check metrics`)."""
     import subprocess
     base = _result(drift={"layers": {"cdi": {"findings": [{"what": "spec"}]}}})
-    text = metrics.render(dict(base, checks=base["checks"] + [SERVING]), RECORD)
+    text = metrics.render(dict(base, checks=base["checks"] + [SERVING]), _instances(RECORD))
     proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
 
 
 SERVING = {"name": "serving_running", "layer": "serving", "status": "fail",
            "data": {"running": ["qwen3-32b-fp8"], "stopped": ["qwen25-3b-awq-0"], "missing": ["gone"]}}
+def _instances(record):
+    """The record's instances as gpuhost_metrics reads them from the fact file."""
+    return rollout.record_instances(json.dumps(record))
+
+
 RECORD = {"vllm": {"instances": {
     "qwen3-32b-fp8": {"max_model_len": 32768,
                       "plan": {"kv_cache_tokens": 128320, "max_concurrency": 3.92},
@@ -90,7 +97,7 @@ def test_serving_instances_running_and_their_headroom_from_the_record():
     """Per instance: up from the serving layer's check; KV tokens and the requests of max_model_len they hold, as the
     plan and as the startup log said (the record's figures: vLLM's "Maximum concurrency for 32,768 tokens per
     request: 3.88x" is 127,136 KV tokens / 32,768)."""
-    text = metrics.render(_result(checks=[SERVING]), RECORD)
+    text = metrics.render(_result(checks=[SERVING]), _instances(RECORD))
     lines = _samples(text)
     assert 'gpuhost_vllm_instance_up{vllm_instance="qwen3-32b-fp8"} 1' in lines
     assert 'gpuhost_vllm_instance_up{vllm_instance="qwen25-3b-awq-0"} 0' in lines
@@ -103,4 +110,6 @@ def test_serving_instances_running_and_their_headroom_from_the_record():
     assert not [l for l in lines if 'source="startup",vllm_instance="qwen25-3b-awq-0"' in l]
     # No record (or one without a vllm section): no figures, the rest as before.
     assert "gpuhost_vllm_max_concurrency" not in metrics.render(_result(checks=[SERVING]), None)
-    assert "gpuhost_vllm_max_concurrency" not in metrics.render(_result(checks=[SERVING]), {"vllm": "broken"})
+    assert "gpuhost_vllm_max_concurrency" not in metrics.render(_result(checks=[SERVING]), _instances({"vllm": "broken"}))
+    assert "gpuhost_vllm_max_concurrency" not in metrics.render(_result(checks=[SERVING]),
+                                                                rollout.record_instances("{not json"))
