@@ -145,12 +145,11 @@ def run_one(module, io, docker, smi, inst):
                             "vllm bench serve (rc %s) gave no result: %s; its last lines: %s" % (rc, exc, tail)}]}
         return entry
     try:
-        load = load_summary(under_load(dmon_series(samples)))
-        entry["load"] = dict((str(k), v) for k, v in load.items() if k in gpus)
+        load = dict((k, v) for k, v in load_summary(under_load(dmon_series(samples))).items() if k in gpus)
     except ParseError:
         load = {}
-    entry["verdict"] = judge(entry["figures"], dict((k, v) for k, v in load.items() if k in gpus), None,
-                             inst.get("acceptance") or {})
+    entry["load"] = dict((str(k), v) for k, v in load.items())
+    entry["verdict"] = judge(entry["figures"], load, None, inst.get("acceptance") or {})
     if not entry["load"]:
         entry["verdict"]["findings"].append({"code": "no_samples", "severity": "info", "message":
                                              "nvidia-smi dmon gave no sample of GPU %s during the run"
